@@ -1,0 +1,9 @@
+"""The heterogeneous-batching engine: generation and embedding in one inference loop."""
+from orthrus_rag.engine.config import EngineConfig
+from orthrus_rag.engine.errors import (EngineDeadError, EngineError, InvalidRequestError, QueueFullError,
+                                       RequestAbortedError)
+from orthrus_rag.engine.request import (EmbedOutput, GenerateOutput, PoolingParams, RequestTimings, SamplingParams,
+                                        Usage)
+
+__all__ = ["EmbedOutput", "EngineConfig", "EngineDeadError", "EngineError", "GenerateOutput", "InvalidRequestError",
+           "PoolingParams", "QueueFullError", "RequestAbortedError", "RequestTimings", "SamplingParams", "Usage"]

@@ -1,0 +1,43 @@
+"""Engine configuration. The Hydra `runtime` group (conf/runtime/*.yaml) maps onto these fields one to one."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orthrus_rag.engine.errors import InvalidRequestError
+
+POLICIES = ("adaptive", "fcfs", "weighted", "alternating")
+
+
+@dataclass
+class EngineConfig:
+    # Models: a shipped name (see `python -m orthrus_rag.models`) or a local folder.
+    generator: str = "smollm2-135m-instruct"
+    embedder: str | None = "all-minilm-l6-v2"  # None: embed with the generator's own layers only
+    embedding_adapter: str | None = None  # PEFT LoRA folder applied to backbone embedding rows only
+    dtype: str = "auto"  # auto = bfloat16 on CPU and GPU; float32 for exactness checks
+    device: str = "auto"  # auto = cuda when available, else cpu
+    num_threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    # Step budget.
+    max_num_batched_tokens: int = 512  # tokens (all kinds) in one forward step
+    max_num_seqs: int = 64  # rows (sequences) in one step
+    max_model_len: int | None = None  # None: the generator's max_position_embeddings
+    # Paged KV cache.
+    block_size: int = 16
+    num_kv_blocks: int = 2048
+    enable_prefix_caching: bool = True
+    # Admission.
+    max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
+    # Composition policy: how each step's budget is shared between embed and generate work.
+    policy: str = "adaptive"
+    weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
+    step_time_target_s: float = 0.2  # for `adaptive`: a step should not take longer than this
+    embedder_token_cost: float | None = None  # co-located embedder's cost per token vs generator (None = measure)
+
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidRequestError(f"runtime.policy must be one of {POLICIES}, got {self.policy!r}", "policy")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
+            if int(getattr(self, name)) < 1:
+                raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
+        if self.step_time_target_s <= 0:
+            raise InvalidRequestError("runtime.step_time_target_s must be > 0", "step_time_target_s")

@@ -1,0 +1,113 @@
+"""Request parameters and outputs: the typed contract between the engine and its callers."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from orthrus_rag.engine.errors import InvalidRequestError
+
+FinishReason = Literal["stop", "length", "abort"]
+PoolingType = Literal["mean", "last", "cls"]
+POOLING_TYPES = ("mean", "last", "cls")
+
+
+@dataclass
+class SamplingParams:
+    """How to generate. temperature 0 is greedy; top_k 0 and top_p 1 switch those filters off."""
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}", "max_tokens")
+        if not _finite(self.temperature) or self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature!r}", "temperature")
+        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}", "top_k")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise InvalidRequestError(f"seed must be an integer, got {self.seed!r}", "seed")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequestError("stop must be a list of non-empty strings", "stop")
+
+
+@dataclass
+class PoolingParams:
+    """How to embed. `model` None uses the configured embedder; "backbone" the generator's own layers."""
+
+    pooling: PoolingType = "mean"
+    normalize: bool = True
+    model: str | None = None
+
+    def validate(self) -> None:
+        if self.pooling not in POOLING_TYPES:
+            raise InvalidRequestError(f"pooling must be one of {POOLING_TYPES}, got {self.pooling!r}", "pooling")
+        if self.model not in (None, "backbone"):
+            raise InvalidRequestError(f"model must be None (the embedder) or 'backbone', got {self.model!r}", "model")
+
+
+@dataclass
+class RequestTimings:
+    """Wall-clock instants (time.perf_counter seconds) in a request's life."""
+
+    arrival: float
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    finished: float | None = None
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.first_scheduled is None else self.first_scheduled - self.arrival
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.finished is None else self.finished - self.arrival
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class GenerateOutput:
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    usage: Usage
+    timings: RequestTimings
+
+
+@dataclass
+class EmbedOutput:
+    request_id: str
+    embedding: np.ndarray  # float32, shape (dim,)
+    num_tokens: int
+    timings: RequestTimings
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,6 @@
+"""Model resolution and loading: shipped names or local folders."""
+from orthrus_rag.models.loading import load_embedder, load_generator, resolve_device, resolve_dtype, set_threads
+from orthrus_rag.models.registry import SHIPPED, ModelNotFoundError, cache_dir, resolve_model_path
+
+__all__ = ["SHIPPED", "ModelNotFoundError", "cache_dir", "load_embedder", "load_generator", "resolve_device",
+           "resolve_dtype", "resolve_model_path", "set_threads"]
