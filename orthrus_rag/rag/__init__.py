@@ -1,0 +1,1 @@
+"""The Retriever-Reasoner API: the types and interfaces pipelines speak."""
