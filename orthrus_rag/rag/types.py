@@ -1,7 +1,8 @@
 """Plain data types shared by retrieval, pipelines and evaluation."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass
@@ -18,3 +19,51 @@ class Passage:
         if not self.title:
             return self.text
         return f"Title: {self.title}\n{self.text}"
+
+
+TraceKind = Literal["retrieve", "reason"]
+
+
+@dataclass
+class TraceEvent:
+    """One retrieval or reasoning call made while answering a question.
+
+    `start_s` and `end_s` are seconds since the question started; `output` is a short summary
+    (the generated text, or the titles of the passages found).
+    """
+
+    kind: TraceKind
+    input: str
+    output: str
+    start_s: float
+    end_s: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass
+class Answer:
+    """A pipeline's answer to one question, with the passages it used and how it got there.
+
+    `latency_s` is the time spent answering; `queue_s` the time the question waited for a free
+    slot after its arrival (only `Pipeline.run` sets it).
+    """
+
+    question: str
+    prediction: str
+    passages: list[Passage] = field(default_factory=list)
+    trace: list[TraceEvent] = field(default_factory=list)
+    latency_s: float = 0.0
+    queue_s: float = 0.0
+
+    @property
+    def num_calls(self) -> dict[str, int]:
+        """How many retrieve and reason calls were made."""
+        counts = {"retrieve": 0, "reason": 0}
+        for event in self.trace:
+            counts[event.kind] += 1
+        return counts

@@ -1,0 +1,60 @@
+"""Answer extraction: pull a short answer out of what a (small) generator wrote."""
+from __future__ import annotations
+
+import re
+
+# "So the answer is: X", "the answer is X", "Final answer: X", "The answer would be X"
+_MARKER = re.compile(r"\banswer\s*(?:is|was|would\s+be|:)\s*:?\s*", re.IGNORECASE)
+_LEADING_LABEL = re.compile(r"^\s*(?:final\s+answer|short\s+answer|answer|a)\s*[:\-]\s*", re.IGNORECASE)
+_YES_NO = re.compile(r"^(yes|no)(?:$|[\s]*[,.;:!\-])", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?](?=\s+[\"'(A-Z0-9]|\s*$)")
+_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "ft", "vs", "inc", "ltd", "co", "no", "prof",
+                  "gen", "col", "lt", "sgt", "capt", "rev", "hon", "etc", "jan", "feb", "mar", "apr", "aug", "sep",
+                  "sept", "oct", "nov", "dec"}
+_QUOTES = "\"'“”‘’`«»"
+_TRAILING = " \t.,;:!"
+
+
+def extract_answer(text: str) -> str:
+    """The short answer in `text`: after the last "answer is" marker if any, else its first sentence."""
+    found = find_answer(text)
+    return found if found is not None else clean_answer(text)
+
+
+def find_answer(text: str) -> str | None:
+    """The answer a text states with a marker such as "So the answer is: X", or None without one."""
+    matches = list(_MARKER.finditer(text))
+    if not matches:
+        return None
+    answer = clean_answer(text[matches[-1].end():])
+    return answer or None
+
+
+def clean_answer(text: str) -> str:
+    """The first line and sentence of `text`, without labels, quotes, markup or trailing punctuation."""
+    line = _first_line(text.replace("**", "").replace("__", ""))
+    line = _LEADING_LABEL.sub("", line, count=1)
+    line = first_sentence(line).strip().strip(_QUOTES).rstrip(_TRAILING).strip(_QUOTES).strip()
+    yes_no = _YES_NO.match(line)
+    return yes_no.group(1).lower() if yes_no else line
+
+
+def first_sentence(text: str) -> str:
+    """`text` up to its first sentence end, not fooled by initials ("J. R.") or abbreviations ("St.")."""
+    for match in _SENTENCE_END.finditer(text):
+        if match.group() != "." or not _is_abbreviation(text[:match.start()]):
+            return text[:match.end()]
+    return text
+
+
+def _is_abbreviation(before: str) -> bool:
+    words = before.split()
+    word = words[-1].strip(_QUOTES + "(").lower() if words else ""
+    return len(word) == 1 or word in _ABBREVIATIONS
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""

@@ -1,0 +1,164 @@
+"""The Pipeline base class: answer one question, or drive many concurrently, with a trace of every call."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from tqdm.auto import tqdm
+
+from orthrus_rag.engine import SamplingParams
+from orthrus_rag.rag.reasoner import Prompt, Reasoner, as_messages
+from orthrus_rag.rag.retriever import Retriever
+from orthrus_rag.rag.types import Answer, Passage, TraceEvent
+
+_SUMMARY_CHARS = 300
+
+
+@dataclass
+class _Recording:
+    start: float
+    events: list[TraceEvent] = field(default_factory=list)
+
+
+_RECORDING: ContextVar[_Recording | None] = ContextVar("orthrus_rag_trace", default=None)
+
+
+class Pipeline(ABC):
+    """A way of answering a question with a retriever and a reasoner.
+
+    Subclasses take `retriever`, `reasoner` and their own keyword settings, and write
+    `async answer(question) -> Answer`, calling `self.retrieve` and `self.reason`: every such call is
+    recorded in the answer's trace and the answer's latency is measured, without extra code.
+    """
+
+    def __init__(self, retriever: Retriever | None, reasoner: Reasoner):
+        self.retriever = retriever
+        self.reasoner = reasoner
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "answer" in cls.__dict__:
+            cls.answer = _traced(cls.__dict__["answer"])  # type: ignore[method-assign]
+
+    @abstractmethod
+    async def answer(self, question: str) -> Answer:
+        """Answer one question."""
+
+    async def retrieve(self, query: str, k: int) -> list[Passage]:
+        """The retriever's k best passages for `query`, recorded in the trace."""
+        if self.retriever is None:
+            raise RuntimeError(f"{type(self).__name__} was built without a retriever but called retrieve()")
+        start = time.perf_counter()
+        found = await self.retriever.retrieve_with_usage(query, k)
+        titles = " | ".join(p.title or p.id for p in found.passages)
+        _record(TraceEvent("retrieve", query, titles, start, time.perf_counter(), found.query_tokens))
+        return found.passages
+
+    async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
+        """The reasoner's text for `prompt`, recorded in the trace."""
+        start = time.perf_counter()
+        out = await self.reasoner.reason_with_usage(prompt, params)
+        event = TraceEvent("reason", _summarize(prompt), out.text, start, time.perf_counter(),
+                           out.prompt_tokens, out.completion_tokens)
+        _record(event)
+        return out.text
+
+    def settings(self) -> dict[str, object]:
+        """The pipeline's own settings (its public plain-valued attributes), e.g. for a results file."""
+        plain = (int, float, str, bool, list, tuple, type(None))
+        return {k: v for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, plain)}
+
+    async def run(self, questions: Iterable[str], concurrency: int | None = 8,
+                  arrivals: Sequence[float] | None = None, progress: bool = True) -> list[Answer]:
+        """Answer many questions concurrently; answers come back in input order.
+
+        At most `concurrency` questions are in flight at once (None: no limit). With `arrivals`
+        (offsets in seconds from the start of the run, one per question), question i starts no earlier
+        than `arrivals[i]`; the time it then waits for a free slot is its answer's `queue_s`.
+        """
+        questions = list(questions)
+        _check_run_args(questions, concurrency, arrivals)
+        slots = asyncio.Semaphore(concurrency) if concurrency else None
+        bar = tqdm(total=len(questions), desc=type(self).__name__, disable=not progress)
+        start = time.perf_counter()
+
+        async def one(i: int) -> Answer:
+            if arrivals is not None:
+                await asyncio.sleep(max(0.0, start + arrivals[i] - time.perf_counter()))
+            arrived = time.perf_counter()
+            async with slots or contextlib.nullcontext():
+                queued = time.perf_counter() - arrived
+                result = await self.answer(questions[i])
+            result.queue_s = queued
+            bar.update(1)
+            return result
+
+        try:
+            return await _gather_or_cancel([one(i) for i in range(len(questions))])
+        finally:
+            bar.close()
+
+
+def _traced(answer):  # noqa: ANN001, ANN202 - wraps any subclass's answer()
+    @functools.wraps(answer)
+    async def traced(self: Pipeline, question: str) -> Answer:
+        if _RECORDING.get() is not None:  # a nested call (e.g. super().answer): the outer one records
+            return await answer(self, question)
+        recording = _Recording(time.perf_counter())
+        token = _RECORDING.set(recording)
+        try:
+            result = await answer(self, question)
+        finally:
+            _RECORDING.reset(token)
+        if not isinstance(result, Answer):
+            raise TypeError(f"{type(self).__name__}.answer must return an Answer, got {type(result).__name__}")
+        result.latency_s = time.perf_counter() - recording.start
+        result.trace = _relative(recording)
+        return result
+    return traced
+
+
+def _record(event: TraceEvent) -> None:
+    recording = _RECORDING.get()
+    if recording is not None:
+        recording.events.append(event)
+
+
+def _relative(recording: _Recording) -> list[TraceEvent]:
+    for event in recording.events:
+        event.start_s -= recording.start
+        event.end_s -= recording.start
+    return recording.events
+
+
+def _summarize(prompt: Prompt) -> str:
+    text = as_messages(prompt)[-1]["content"]
+    return text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
+
+
+async def _gather_or_cancel(coros: list) -> list[Answer]:
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _check_run_args(questions: list[str], concurrency: int | None, arrivals: Sequence[float] | None) -> None:
+    if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
+        raise ValueError(f"concurrency must be an integer >= 1 or None (no limit), got {concurrency!r}")
+    if arrivals is not None and len(arrivals) != len(questions):
+        raise ValueError(f"arrivals has {len(arrivals)} offsets for {len(questions)} questions; give one each")
+    if arrivals is not None and any(a < 0 for a in arrivals):
+        raise ValueError("arrival offsets are seconds from the start of the run and must be >= 0")
+    if any(not isinstance(q, str) for q in questions):
+        raise TypeError("questions must be strings")

@@ -1,0 +1,65 @@
+"""Retrievers: turn a query into the k most relevant passages."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from orthrus_rag.engine import PoolingParams
+from orthrus_rag.rag.types import Passage
+
+
+@dataclass
+class Retrieval:
+    """The passages found for one query, and how many tokens embedding the query took."""
+
+    passages: list[Passage] = field(default_factory=list)
+    query_tokens: int = 0
+
+
+class Retriever(ABC):
+    """Anything that finds passages for a query. Subclasses write `retrieve`."""
+
+    @abstractmethod
+    async def retrieve(self, query: str, k: int) -> list[Passage]:
+        """The k best passages for `query`, best first."""
+
+    async def retrieve_with_usage(self, query: str, k: int) -> Retrieval:
+        """Like `retrieve`, with token counts when the retriever knows them (pipelines trace this)."""
+        return Retrieval(await self.retrieve(query, k))
+
+
+class SearchIndex(Protocol):
+    """What `DenseRetriever` needs from an index: batched inner-product search."""
+
+    def search(self, query_vectors: np.ndarray, k: int) -> list[list[Passage]]: ...
+
+
+class DenseRetriever(Retriever):
+    """Embeds the query through the engine (in its shared inference loop) and searches a dense index."""
+
+    def __init__(self, engine: Any, index: SearchIndex, pooling_params: PoolingParams | None = None):
+        self.engine = engine
+        self.index = index
+        self.pooling_params = pooling_params or PoolingParams()
+
+    async def retrieve(self, query: str, k: int) -> list[Passage]:
+        return (await self.retrieve_with_usage(query, k)).passages
+
+    async def retrieve_with_usage(self, query: str, k: int) -> Retrieval:
+        _check_query(query, k)
+        out = await self.engine.embed(query, self.pooling_params)
+        vector = np.asarray(out.embedding, dtype=np.float32)
+        if vector.ndim != 1:
+            raise ValueError(f"engine.embed returned an embedding of shape {vector.shape}; expected (dim,)")
+        passages = self.index.search(vector[None], k)[0]
+        return Retrieval(list(passages), out.num_tokens)
+
+
+def _check_query(query: str, k: int) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"a retrieval query must be a non-empty string, got {query!r}")
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
