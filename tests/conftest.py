@@ -1,0 +1,78 @@
+"""Shared fixtures: tiny random models built in code, the SmolLM2 tokenizer, offline hub."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from orthrus_rag.models import resolve_model_path  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return resolve_model_path("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    return resolve_model_path("all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_path)
+
+
+def tiny_llama_config(vocab_size: int, **overrides):
+    """A 2-layer Llama with grouped-query attention (4 query heads, 2 KV heads), hidden size 64."""
+    from transformers import LlamaConfig
+
+    args = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+    args.update(overrides)
+    return LlamaConfig(**args)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, tokenizer) -> Path:
+    """A saved tiny random Llama folder with the SmolLM2 tokenizer, loadable by path like any model."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = tiny_llama_config(len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                               eos_token_id=tokenizer.eos_token_id)
+    model = AutoModelForCausalLM.from_config(config)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory, minilm_path) -> Path:
+    """A saved tiny random BERT sentence-transformers folder (mean pooling, normalised) with MiniLM's tokenizer."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    hf_tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(vocab_size=hf_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    bert_dir = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(config).save_pretrained(bert_dir)
+    hf_tokenizer.save_pretrained(bert_dir)
+    word = models.Transformer(str(bert_dir), max_seq_length=48)
+    st = SentenceTransformer(modules=[word, models.Pooling(32, "mean"), models.Normalize()])
+    folder = tmp_path_factory.mktemp("tiny-encoder")
+    st.save(str(folder))
+    return folder
