@@ -15,10 +15,14 @@ _QUOTES = "\"'“”‘’`«»"
 _TRAILING = " \t.,;:!"
 
 
-def extract_answer(text: str) -> str:
-    """The short answer in `text`: after the last "answer is" marker if any, else its first sentence."""
+def extract_answer(text: str, from_end: bool = False) -> str:
+    """The short answer in `text`: after the last "answer is" marker if there is one, else the first
+    sentence of its first line (of its last line with `from_end`, for a chain of reasoning)."""
     found = find_answer(text)
-    return found if found is not None else clean_answer(text)
+    if found is not None:
+        return found
+    lines = [line for line in text.splitlines() if line.strip()]
+    return clean_answer(lines[-1] if from_end and lines else text)
 
 
 def find_answer(text: str) -> str | None:

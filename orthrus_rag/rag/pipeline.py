@@ -72,7 +72,8 @@ class Pipeline(ABC):
     def settings(self) -> dict[str, object]:
         """The pipeline's own settings (its public plain-valued attributes), e.g. for a results file."""
         plain = (int, float, str, bool, list, tuple, type(None))
-        return {k: v for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, plain)}
+        skip = ("retriever", "reasoner")
+        return {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in skip and isinstance(v, plain)}
 
     async def run(self, questions: Iterable[str], concurrency: int | None = 8,
                   arrivals: Sequence[float] | None = None, progress: bool = True) -> list[Answer]:

@@ -1,0 +1,119 @@
+"""Prompt templates and few-shot demonstrations, kept as plain files in this folder.
+
+A prompt `NAME.txt` is a template with the fields {question}, {passages} and {demos}. Its demonstrations
+are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}) from a demo file
+such as `demos.jsonl`. A name may also be the path of a template file elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orthrus_rag.rag.types import Passage
+
+PROMPT_DIR = Path(__file__).parent
+_FIELDS = ("question", "passages", "demos", "answer", "reasoning")
+
+
+@dataclass
+class Demo:
+    """One worked example: a question, the passages that answer it, the reasoning steps and the answer."""
+
+    question: str
+    answer: str
+    passages: list[Passage] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PromptTemplate:
+    """A prompt template and the template its demonstrations are rendered with (if any)."""
+
+    name: str
+    text: str
+    demo_text: str = ""
+
+    def render(self, question: str, passages: Sequence[Passage] = (), demos: Sequence[Demo] = (),
+               passage_words: int = 60) -> str:
+        shown = "\n\n".join(self.render_demo(d, passage_words) for d in demos)
+        text = _fill(self.name, self.text, question=question, demos=shown,
+                     passages=format_passages(passages, passage_words))
+        return re.sub(r"\n{3,}", "\n\n", text)  # an empty {demos} leaves no gap
+
+    def render_demo(self, demo: Demo, passage_words: int = 60) -> str:
+        if not self.demo_text:
+            raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
+        return _fill(f"{self.name}.demo", self.demo_text, question=demo.question, answer=demo.answer,
+                     passages=format_passages(demo.passages, passage_words),
+                     reasoning=format_reasoning(demo.reasoning, demo.answer))
+
+
+def load_prompt(name: str) -> PromptTemplate:
+    """The template `name` (with or without .txt) from this folder, or from a path."""
+    path = _find(name, ".txt")
+    demo_path = path.with_name(path.name.removesuffix(".txt") + ".demo.txt")
+    demo_text = demo_path.read_text().strip("\n") if demo_path.exists() else ""
+    template = PromptTemplate(path.name.removesuffix(".txt"), path.read_text().strip("\n"), demo_text)
+    _check_fields(template.name, template.text)
+    _check_fields(template.name + ".demo", template.demo_text)
+    return template
+
+
+def load_demos(name: str = "demos.jsonl", limit: int | None = None) -> list[Demo]:
+    """The demonstrations in a jsonl file: question, answer, passages [{title, text}], reasoning [sentences]."""
+    path = _find(name, ".jsonl")
+    demos = [_demo(json.loads(line), path, i) for i, line in enumerate(path.read_text().splitlines()) if line.strip()]
+    return demos if limit is None else demos[:limit]
+
+
+def format_passages(passages: Sequence[Passage], max_words: int = 60) -> str:
+    """Numbered passages, one a line, each cut to `max_words` words of text."""
+    return "\n".join(f"[{i}] {p.title}: {truncate_words(p.text, max_words)}" for i, p in enumerate(passages, 1))
+
+
+def format_reasoning(sentences: Sequence[str], answer: str) -> str:
+    """Reasoning steps one a line, closed by the answer sentence."""
+    return "\n".join([*sentences, answer_sentence(answer)])
+
+
+def answer_sentence(answer: str) -> str:
+    return f"So the answer is: {answer}."
+
+
+def truncate_words(text: str, max_words: int) -> str:
+    words = text.split()
+    return " ".join(words) if len(words) <= max_words else " ".join(words[:max_words]) + " ..."
+
+
+def _find(name: str, suffix: str) -> Path:
+    candidates = [Path(name), PROMPT_DIR / name, PROMPT_DIR / (name + suffix)]
+    for path in candidates:
+        if path.is_file():
+            return path
+    known = sorted(p.name for p in PROMPT_DIR.glob("*" + suffix) if not p.name.endswith(".demo.txt"))
+    raise FileNotFoundError(f"no prompt file {name!r} (looked in {PROMPT_DIR} and at that path); known: {known}")
+
+
+def _demo(row: dict, path: Path, i: int) -> Demo:
+    try:
+        passages = [Passage(f"demo-{i}-{j}", p["title"], p["text"]) for j, p in enumerate(row.get("passages", []))]
+        return Demo(row["question"], row["answer"], passages, list(row.get("reasoning", [])))
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path} line {i + 1}: a demo needs question, answer, passages [{{title, text}}]: {e}")
+
+
+def _fill(name: str, text: str, **fields: str) -> str:
+    try:
+        return text.format_map(fields)
+    except (KeyError, IndexError) as e:
+        raise ValueError(f"prompt {name!r} uses a field {e} this pipeline does not fill ({sorted(fields)})") from None
+
+
+def _check_fields(name: str, text: str) -> None:
+    for _, field_name, _, _ in string.Formatter().parse(text):
+        if field_name is not None and field_name not in _FIELDS:
+            raise ValueError(f"prompt {name!r} has an unknown field {{{field_name}}}; fields are {_FIELDS}")
