@@ -1,0 +1,70 @@
+"""Embed a corpus and build (or load back) its dense index."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from indexes.faiss_index import DenseIndex, IndexMismatchError
+from indexes.manifest import MANIFEST_FILE
+from orthrus_rag.rag.types import Passage
+
+EmbedMany = Callable[[list[str]], Awaitable[np.ndarray]]
+
+
+async def embed_passages(passages: Sequence[Passage], embed_many: EmbedMany, batch_size: int = 64) -> np.ndarray:
+    """Embed `passage.formatted()` for every passage, batch by batch, into an (n, d) float32 matrix."""
+    if not passages:
+        raise ValueError("cannot build an index over an empty corpus: check the corpus path")
+    texts = [p.formatted() for p in passages]
+    batches = []
+    with tqdm(total=len(texts), desc="embedding passages", unit="passage") as bar:
+        for start in range(0, len(texts), batch_size):
+            batch = texts[start:start + batch_size]
+            batches.append(_check_batch(await embed_many(batch), len(batch)))
+            bar.update(len(batch))
+    return np.concatenate(batches, axis=0)
+
+
+def _check_batch(vectors: np.ndarray, expected: int) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(vectors) != expected:
+        raise ValueError(f"embed_many returned shape {vectors.shape} for {expected} texts; "
+                         f"it must return an ({expected}, dim) matrix")
+    return vectors
+
+
+async def build_index(passages: Sequence[Passage], embed_many: EmbedMany, embedder_name: str,
+                      factory: str = "Flat", batch_size: int = 64) -> DenseIndex:
+    """Embed the passages and index them (inner product over normalised vectors)."""
+    vectors = await embed_passages(passages, embed_many, batch_size)
+    return DenseIndex.build(vectors, passages, embedder_name, factory=factory)
+
+
+async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], embed_many: EmbedMany,
+                        embedder_name: str, factory: str = "Flat", batch_size: int = 64) -> DenseIndex:
+    """Load the index cached in `cache_folder` when it matches; otherwise build it and save it there."""
+    folder = Path(cache_folder)
+    if (folder / MANIFEST_FILE).is_file():
+        try:
+            index = DenseIndex.load(folder, embedder_name, passages)
+            if index.manifest.factory == factory:
+                return index
+        except IndexMismatchError:
+            pass
+    index = await build_index(passages, embed_many, embedder_name, factory, batch_size)
+    index.save(folder)
+    return index
+
+
+def engine_embedder(engine: Any, pooling_params: Any) -> EmbedMany:
+    """An `embed_many` that sends one `engine.embed` request a text, all at once, and stacks the vectors."""
+
+    async def embed_many(texts: list[str]) -> np.ndarray:
+        outputs = await asyncio.gather(*(engine.embed(text, pooling_params) for text in texts))
+        return np.stack([np.asarray(out.embedding, dtype=np.float32) for out in outputs])
+
+    return embed_many

@@ -1,0 +1,167 @@
+"""A dense passage index over FAISS, with a manifest that guards against stale indexes."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+import faiss
+import numpy as np
+
+from indexes.corpus import corpus_fingerprint
+from indexes.manifest import IndexManifest
+from orthrus_rag.rag.types import Passage
+
+INDEX_FILE = "index.faiss"
+METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+
+
+class IndexMismatchError(ValueError):
+    """A saved index built by another embedder or over another corpus."""
+
+
+class DenseIndex:
+    """FAISS vectors for a list of passages; row i of the index is passages[i]."""
+
+    def __init__(self, index: faiss.Index, passages: Sequence[Passage], manifest: IndexManifest,
+                 use_gpu: bool | None = None):
+        self.cpu_index = index
+        self.passages = list(passages)
+        self.manifest = manifest
+        self.search_index = _to_gpu(index) if _want_gpu(use_gpu) else index
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.search_index is not self.cpu_index
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, passages: Sequence[Passage], embedder_name: str, factory: str = "Flat",
+              metric: str = "ip", nprobe: int = 16, use_gpu: bool | None = None) -> DenseIndex:
+        """Index an (n, d) float32 matrix, training the index first when the factory string needs it."""
+        vectors = _as_matrix(vectors)
+        if len(vectors) != len(passages):
+            raise ValueError(f"got {len(vectors)} vectors for {len(passages)} passages: give one vector a passage")
+        index = _new_index(vectors.shape[1], factory, metric)
+        _train(index, vectors, factory)
+        index.add(vectors)
+        _set_nprobe(index, nprobe)
+        manifest = IndexManifest(embedder=embedder_name, dimension=vectors.shape[1], metric=metric,
+                                 factory=factory, corpus_fingerprint=corpus_fingerprint(passages),
+                                 num_passages=len(passages))
+        return cls(index, passages, manifest, use_gpu)
+
+    def search(self, query_vectors: np.ndarray, k: int = 5) -> list[list[Passage]]:
+        """The k best passages for each query row, best first, with `score` filled (higher is better)."""
+        queries = _as_matrix(query_vectors)
+        if queries.shape[1] != self.manifest.dimension:
+            raise ValueError(f"query vectors have dimension {queries.shape[1]}, the index has "
+                             f"{self.manifest.dimension}: embed queries with {self.manifest.embedder!r}")
+        k = min(k, len(self.passages))
+        scores, ids = self.search_index.search(queries, k)
+        sign = -1.0 if self.manifest.metric == "l2" else 1.0
+        return [self._hits(row_ids, row_scores * sign) for row_ids, row_scores in zip(ids, scores)]
+
+    def _hits(self, ids: np.ndarray, scores: np.ndarray) -> list[Passage]:
+        return [dataclasses.replace(self.passages[i], score=float(s)) for i, s in zip(ids, scores) if i >= 0]
+
+    def save(self, folder: str | Path) -> None:
+        """Write `index.faiss` and `manifest.json` into `folder` (created if missing)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.cpu_index, str(folder / INDEX_FILE))
+        self.manifest.save(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path, expected_embedder: str, corpus: Sequence[Passage],
+             use_gpu: bool | None = None) -> DenseIndex:
+        """Read a saved index, refusing it when it was built by another embedder or over another corpus."""
+        folder = Path(folder)
+        manifest = IndexManifest.load(folder)
+        _check_matches(manifest, folder, expected_embedder, corpus)
+        return cls(faiss.read_index(str(folder / INDEX_FILE)), corpus, manifest, use_gpu)
+
+
+def _check_matches(manifest: IndexManifest, folder: Path, embedder: str, corpus: Sequence[Passage]) -> None:
+    if manifest.embedder != embedder:
+        raise IndexMismatchError(f"index in {folder} was built with embedder {manifest.embedder!r}, not "
+                                 f"{embedder!r}: rebuild it or point to another index folder")
+    fingerprint = corpus_fingerprint(corpus)
+    if manifest.corpus_fingerprint != fingerprint or manifest.num_passages != len(corpus):
+        raise IndexMismatchError(f"index in {folder} was built over another corpus ({manifest.num_passages} "
+                                 f"passages, fingerprint {manifest.corpus_fingerprint}; given {len(corpus)}, "
+                                 f"{fingerprint}): rebuild it or point to another index folder")
+
+
+def _as_matrix(vectors: np.ndarray) -> np.ndarray:
+    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    if matrix.ndim == 1:
+        matrix = matrix[None, :]
+    if matrix.ndim != 2:
+        raise ValueError(f"expected an (n, d) matrix of vectors, got shape {matrix.shape}")
+    return matrix
+
+
+def _new_index(dimension: int, factory: str, metric: str) -> faiss.Index:
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
+    try:
+        index = faiss.index_factory(dimension, factory, METRICS[metric])
+    except RuntimeError as e:
+        raise ValueError(f"faiss cannot build index {factory!r} for dimension {dimension}: {e}. "
+                         "Use a faiss index_factory string such as 'Flat', 'HNSW32' or 'IVF64,PQ8'") from e
+    _skip_polysemous_training(index)
+    return index
+
+
+def _nested(index: faiss.Index):
+    """The index and the indexes it wraps (pre-transforms, refinement)."""
+    index = faiss.downcast_index(index)
+    yield index
+    for attribute in ("index", "base_index"):
+        inner = getattr(index, attribute, None)
+        if isinstance(inner, faiss.Index):
+            yield from _nested(inner)
+
+
+def _skip_polysemous_training(index: faiss.Index) -> None:
+    """PQ codes are trained for polysemous search by default, which costs seconds and serves only
+    Hamming-filtered search (off unless `polysemous_ht` is set); plain PQ search does not need it."""
+    for part in _nested(index):
+        if hasattr(part, "do_polysemous_training"):
+            part.do_polysemous_training = False
+
+
+def _train(index: faiss.Index, vectors: np.ndarray, factory: str) -> None:
+    if index.is_trained:
+        return
+    try:
+        index.train(vectors)
+    except RuntimeError as e:
+        raise ValueError(f"training index {factory!r} on {len(vectors)} vectors failed: {e}. "
+                         "Give more passages or a smaller factory (fewer IVF lists, fewer PQ bits)") from e
+
+
+def _set_nprobe(index: faiss.Index, nprobe: int) -> None:
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        ivf.nprobe = min(nprobe, ivf.nlist)
+
+
+def _want_gpu(use_gpu: bool | None) -> bool:
+    available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if use_gpu and not available:
+        raise RuntimeError("use_gpu=True but this faiss has no GPU support or sees no GPU: install faiss-gpu")
+    return available if use_gpu is None else use_gpu
+
+
+_GPU_RESOURCES: list = []
+
+
+def _to_gpu(index: faiss.Index) -> faiss.Index:
+    """A GPU copy of the index; index types faiss cannot move (HNSW) stay on the CPU."""
+    if not _GPU_RESOURCES:
+        _GPU_RESOURCES.append(faiss.StandardGpuResources())
+    try:
+        return faiss.index_cpu_to_gpu(_GPU_RESOURCES[0], 0, index)
+    except RuntimeError:
+        return index

@@ -1,0 +1,80 @@
+import json
+
+import numpy as np
+import pytest
+
+from indexes.faiss_index import DenseIndex, IndexMismatchError
+from orthrus_rag.rag.types import Passage
+
+
+def test_flat_search_orders_by_inner_product(passages, vectors):
+    index = DenseIndex.build(vectors, passages, "fake-embedder")
+    query = vectors[7] + 0.5 * vectors[3]
+    hits = index.search(query[None, :], k=4)[0]
+    expected = np.argsort(-(vectors @ query))[:4]
+    assert [p.id for p in hits] == [f"p{i}" for i in expected]
+    assert hits[0].score == pytest.approx(float(vectors[expected[0]] @ query), abs=1e-5)
+    assert passages[7].score == 0.0  # the corpus itself is not modified
+
+
+def test_save_load_round_trip(tmp_path, passages, vectors, make_unit_rows):
+    index = DenseIndex.build(vectors, passages, "fake-embedder")
+    index.save(tmp_path / "idx")
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert manifest["num_passages"] == 300 and manifest["dimension"] == 32 and manifest["metric"] == "ip"
+    loaded = DenseIndex.load(tmp_path / "idx", "fake-embedder", passages)
+    queries = make_unit_rows(5, 32, seed=1)
+    assert loaded.search(queries, k=10) == index.search(queries, k=10)
+
+
+def test_load_refuses_another_embedder(tmp_path, passages, vectors):
+    DenseIndex.build(vectors, passages, "fake-embedder").save(tmp_path)
+    with pytest.raises(IndexMismatchError, match="other-embedder"):
+        DenseIndex.load(tmp_path, "other-embedder", passages)
+
+
+def test_load_refuses_a_changed_corpus(tmp_path, passages, vectors):
+    DenseIndex.build(vectors, passages, "fake-embedder").save(tmp_path)
+    changed = passages[:-1] + [Passage("p299", "Title 299", "Edited text.")]
+    with pytest.raises(IndexMismatchError, match="another corpus"):
+        DenseIndex.load(tmp_path, "fake-embedder", changed)
+
+
+@pytest.mark.parametrize("factory", ["HNSW32", "IVF16,Flat", "IVF64,PQ8"])
+def test_approximate_factories_find_a_duplicate_first(factory, make_unit_rows):
+    vectors = make_unit_rows(2000, 32, seed=2)
+    corpus = [Passage(str(i), "", "") for i in range(len(vectors))]
+    index = DenseIndex.build(vectors, corpus, "fake-embedder", factory=factory)
+    assert index.cpu_index.is_trained and index.cpu_index.ntotal == 2000
+    picks = [5, 123, 1999]
+    results = index.search(vectors[picks], k=3)
+    assert [hits[0].id for hits in results] == [str(i) for i in picks]
+
+
+def test_l2_scores_are_negated_distances(passages, vectors):
+    index = DenseIndex.build(vectors, passages, "fake-embedder", metric="l2")
+    hit = index.search(vectors[4], k=1)[0][0]
+    assert hit.id == "p4" and hit.score == pytest.approx(0.0, abs=1e-5)
+
+
+def test_clear_errors(passages, vectors):
+    with pytest.raises(ValueError, match="one vector a passage"):
+        DenseIndex.build(vectors[:10], passages, "fake-embedder")
+    with pytest.raises(ValueError, match="index_factory string"):
+        DenseIndex.build(vectors, passages, "fake-embedder", factory="NotAnIndex")
+    with pytest.raises(ValueError, match="training index"):
+        DenseIndex.build(vectors[:20], passages[:20], "fake-embedder", factory="IVF64,Flat")
+    index = DenseIndex.build(vectors, passages, "fake-embedder")
+    with pytest.raises(ValueError, match="dimension 16"):
+        index.search(np.zeros((1, 16), np.float32))
+
+
+def test_gpu_request_without_gpu_is_refused(passages, vectors):
+    import faiss
+
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        assert DenseIndex.build(vectors, passages, "fake-embedder", use_gpu=True).on_gpu
+    else:
+        with pytest.raises(RuntimeError, match="faiss-gpu"):
+            DenseIndex.build(vectors, passages, "fake-embedder", use_gpu=True)
+        assert not DenseIndex.build(vectors, passages, "fake-embedder").on_gpu

@@ -1,0 +1,75 @@
+import hashlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from indexes.build import build_index, engine_embedder, load_or_build
+from orthrus_rag.engine import PoolingParams
+
+
+class FakeEmbedder:
+    """Deterministic unit vectors from a hash of the text; counts calls and texts."""
+
+    def __init__(self, dim: int = 16):
+        self.dim, self.calls, self.texts = dim, 0, 0
+
+    def vector(self, text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+        rng = np.random.default_rng(seed)
+        v = rng.standard_normal(self.dim).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    async def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        self.texts += len(texts)
+        return np.stack([self.vector(t) for t in texts])
+
+
+async def test_build_index_embeds_formatted_passages_in_batches(passages):
+    embed = FakeEmbedder()
+    index = await build_index(passages, embed, "fake", batch_size=64)
+    assert embed.calls == 5 and embed.texts == 300
+    hit = index.search(embed.vector(passages[42].formatted()), k=1)[0][0]
+    assert hit.id == "p42"
+
+
+async def test_load_or_build_builds_once(tmp_path, passages):
+    embed = FakeEmbedder()
+    first = await load_or_build(tmp_path / "cache", passages, embed, "fake")
+    calls_after_first = embed.calls
+    second = await load_or_build(tmp_path / "cache", passages, embed, "fake")
+    assert calls_after_first == 5 and embed.calls == 5
+    query = embed.vector("some question")
+    assert second.search(query, k=5) == first.search(query, k=5)
+
+
+async def test_load_or_build_rebuilds_for_a_changed_corpus(tmp_path, passages):
+    embed = FakeEmbedder()
+    await load_or_build(tmp_path, passages, embed, "fake")
+    index = await load_or_build(tmp_path, passages[:100], embed, "fake")
+    assert embed.calls == 5 + 2 and index.manifest.num_passages == 100
+
+
+async def test_bad_embed_many_output_is_reported(passages):
+    async def wrong(texts):
+        return np.zeros((1, 4), np.float32)
+
+    with pytest.raises(ValueError, match="must return an"):
+        await build_index(passages, wrong, "fake")
+
+
+class FakeEngine:
+    def __init__(self):
+        self.seen: list[tuple[str, PoolingParams]] = []
+
+    async def embed(self, text, params):
+        self.seen.append((text, params))
+        return SimpleNamespace(embedding=np.full(3, len(text), dtype=np.float32))
+
+
+async def test_engine_embedder_stacks_engine_outputs():
+    engine, params = FakeEngine(), PoolingParams(pooling="mean")
+    vectors = await engine_embedder(engine, params)(["a", "bbb"])
+    assert vectors.dtype == np.float32 and vectors.tolist() == [[1, 1, 1], [3, 3, 3]]
+    assert [t for t, _ in engine.seen] == ["a", "bbb"] and all(p is params for _, p in engine.seen)
