@@ -17,7 +17,7 @@ class IRCoT(Pipeline):
     def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 5, max_steps: int = 5,
                  max_passages: int = 15, final_reader: bool = False, prompt: str = "cot_with_passages",
                  reader_prompt: str = "qa_with_passages", demos: str = "demos.jsonl", num_demos: int = 2,
-                 passage_words: int = 60, max_tokens: int = 40, reader_max_tokens: int = 32):
+                 passage_words: int = 50, max_tokens: int = 40, reader_max_tokens: int = 32):
         super().__init__(retriever, reasoner)
         if max_steps < 1 or k < 1 or max_passages < 1:
             raise ValueError(f"k, max_steps and max_passages must be >= 1, got {k}, {max_steps}, {max_passages}")

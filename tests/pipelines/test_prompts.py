@@ -1,0 +1,76 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from orthrus_rag.rag import Passage
+from pipelines import IRCoT
+from pipelines.prompts import PROMPT_DIR, Demo, PromptTemplate, format_passages, load_demos, load_prompt
+
+TWOWIKI = Path(__file__).resolve().parents[3] / "shared" / "data" / "2wiki" / "questions.jsonl"
+PROMPTS = ["qa_direct", "qa_with_passages", "cot_with_passages"]
+
+
+def long_passages(n):
+    return [Passage(str(i), f"Some Title {i}", " ".join(f"word{j}" for j in range(120))) for i in range(n)]
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_every_prompt_renders_with_demos(name):
+    text = load_prompt(name).render("Who?", long_passages(2), load_demos(limit=2))
+    assert "Who?" in text and "Velmora Glassworks" in text and "{" not in text and "\n\n\n" not in text
+
+
+def test_ircot_prompt_with_fifteen_passages_fits_the_budget(tokenizer):
+    sentence = "The film was directed by Ann Marlow, who was born in 1921 in a small town near the river. "
+    text = sentence * 8  # 144 words: cut to the pipeline's limit
+    ircot = IRCoT(None, None)
+    shown = [Passage(str(i), f"Film Title {i}", text) for i in range(ircot.max_passages)]
+    prompt = load_prompt(ircot.prompt).render("Who?", shown, load_demos(limit=ircot.num_demos), ircot.passage_words)
+    assert len(tokenizer(prompt)["input_ids"]) < 1600  # about 1,500 on dense text; less on typical passages
+
+
+def test_passages_are_cut_to_a_word_limit():
+    text = format_passages(long_passages(1), max_words=5)
+    assert text == "[1] Some Title 0: word0 word1 word2 word3 word4 ..."
+
+
+def test_demos_are_well_formed():
+    demos = load_demos()
+    assert len(demos) >= 3
+    for demo in demos:
+        assert demo.question.endswith("?") and demo.answer and len(demo.passages) == 2 and demo.reasoning
+
+
+@pytest.mark.skipif(not TWOWIKI.exists(), reason="shared 2Wiki data not present")
+def test_demos_are_not_benchmark_questions():
+    benchmark = {json.loads(line)["question"].lower() for line in TWOWIKI.open()}
+    titles = {t.lower() for line in TWOWIKI.open() for t in json.loads(line)["gold_titles"]}
+    for demo in load_demos():
+        assert demo.question.lower() not in benchmark
+        assert not {p.title.lower() for p in demo.passages} & titles
+
+
+def test_unknown_prompt_and_unknown_field_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="known"):
+        load_prompt("no_such_prompt")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Question: {question} {colour}")
+    with pytest.raises(ValueError, match="colour"):
+        load_prompt(str(bad))
+
+
+def test_a_prompt_file_by_path_with_its_demo_template(tmp_path):
+    (tmp_path / "mine.txt").write_text("{demos}\nQ: {question}\nA:")
+    (tmp_path / "mine.demo.txt").write_text("Q: {question}\nA: {answer}")
+    template = load_prompt(str(tmp_path / "mine.txt"))
+    assert template.render("Why?", demos=[Demo("How?", "So.")]) == "Q: How?\nA: So.\nQ: Why?\nA:"
+
+
+def test_demos_need_a_demo_template():
+    with pytest.raises(ValueError, match="demo template"):
+        PromptTemplate("plain", "{question}").render("q", demos=[Demo("q", "a")])
+
+
+def test_prompt_files_are_shipped_next_to_the_loader():
+    assert {p.stem for p in PROMPT_DIR.glob("*.txt")} >= {*PROMPTS, "qa_direct.demo"}

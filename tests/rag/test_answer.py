@@ -1,0 +1,71 @@
+import pytest
+
+from orthrus_rag.rag.answer import clean_answer, extract_answer, find_answer, first_sentence
+
+CASES = [
+    ("So the answer is: Paris.", "Paris"),
+    ("So the answer is: Paris", "Paris"),
+    ("so the answer is Paris.", "Paris"),
+    ("The answer is Marie Curie. She won two Nobel prizes.", "Marie Curie"),
+    ("Thus, the answer is: 20 March 851.", "20 March 851"),
+    ("Answer: Lisbon", "Lisbon"),
+    ("Final answer: Lisbon.", "Lisbon"),
+    ("A: Lisbon", "Lisbon"),
+    ("Lisbon", "Lisbon"),
+    ("Lisbon.", "Lisbon"),
+    ("  Lisbon!  ", "Lisbon"),
+    ('"The Copper Orchard"', "The Copper Orchard"),
+    ("“Night Ferry”.", "Night Ferry"),
+    ("'Dune'", "Dune"),
+    ("**Oslo**", "Oslo"),
+    ("The answer is **Oslo**.", "Oslo"),
+    ("Yes", "yes"),
+    ("Yes.", "yes"),
+    ("yes, both are American.", "yes"),
+    ("No, they are from different countries.", "no"),
+    ("NO", "no"),
+    ("So the answer is: no.", "no"),
+    ("So the answer is: Yes, they are.", "yes"),
+    ("Norway", "Norway"),
+    ("Nobody knows", "Nobody knows"),
+    ("Noel Coward.", "Noel Coward"),
+    ("J. R. R. Tolkien wrote it.", "J. R. R. Tolkien wrote it"),
+    ("So the answer is: J. R. R. Tolkien.", "J. R. R. Tolkien"),
+    ("So the answer is: St. Louis, Missouri.", "St. Louis, Missouri"),
+    ("So the answer is: Sammy Davis Jr.", "Sammy Davis Jr"),
+    ("Berlin\nBerlin is the capital of Germany.", "Berlin"),
+    ("\n\nBerlin\n", "Berlin"),
+    ("He was born in 1901. So the answer is: 1901.", "1901"),
+    ("The film came out first. The answer is X.\nSo the answer is: Y.", "Y"),
+    ("", ""),
+    ("   ", ""),
+]
+
+
+@pytest.mark.parametrize("text, expected", CASES)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_find_answer_needs_a_marker():
+    assert find_answer("Lothar was born in Rome.") is None
+    assert find_answer("So the answer is: Rome.") == "Rome"
+    assert find_answer("So the answer is:") is None
+
+
+def test_extract_from_end_takes_the_last_line_of_a_chain():
+    chain = "The film was directed by Ann Lee.\nAnn Lee died in Oslo"
+    assert extract_answer(chain) == "The film was directed by Ann Lee"
+    assert extract_answer(chain, from_end=True) == "Ann Lee died in Oslo"
+
+
+def test_first_sentence_skips_initials_and_abbreviations():
+    assert first_sentence("Dr. No is a film. It was made in 1962.") == "Dr. No is a film."
+    assert first_sentence("Born 3 Jan. 1900 in Rome. Died later.") == "Born 3 Jan. 1900 in Rome."
+    assert first_sentence("Why? Because.") == "Why?"
+    assert first_sentence("no end") == "no end"
+
+
+def test_clean_answer_keeps_inner_punctuation():
+    assert clean_answer("Los Angeles, California.") == "Los Angeles, California"
+    assert clean_answer("Where Are You Going?") == "Where Are You Going?"

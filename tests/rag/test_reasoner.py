@@ -1,0 +1,79 @@
+from dataclasses import dataclass
+
+import pytest
+
+from orthrus_rag.engine import SamplingParams
+from orthrus_rag.rag import EngineReasoner
+
+
+@dataclass
+class FakeUsage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class FakeGenerateOutput:
+    text: str
+    usage: FakeUsage
+
+
+class ChatTokenizer:
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt=False, continue_final_message=False):
+        assert tokenize is False
+        text = "".join(f"<{m['role']}>{m['content']}" + ("" if continue_final_message and m is messages[-1] else "</>")
+                       for m in messages)
+        return text + ("<assistant>" if add_generation_prompt else "")
+
+
+class FakeEngine:
+    tokenizer = ChatTokenizer()
+
+    def __init__(self):
+        self.prompts = []
+
+    async def generate(self, prompt, params):
+        self.prompts.append((prompt, params))
+        return FakeGenerateOutput(" Paris", FakeUsage(7, 2))
+
+
+async def test_text_prompt_goes_through_the_chat_template():
+    engine = FakeEngine()
+    params = SamplingParams(max_tokens=5)
+    assert await EngineReasoner(engine).reason("Capital of France?", params) == " Paris"
+    assert engine.prompts == [("<user>Capital of France?</><assistant>", params)]
+
+
+async def test_final_assistant_message_is_continued():
+    engine = FakeEngine()
+    messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Step one.\n"}]
+    await EngineReasoner(engine).reason(messages, SamplingParams())
+    assert engine.prompts[0][0] == "<user>Q</><assistant>Step one.\n"
+
+
+async def test_without_chat_template_messages_are_joined():
+    engine = FakeEngine()
+    messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]
+    await EngineReasoner(engine, use_chat_template=False).reason(messages, SamplingParams())
+    assert engine.prompts[0][0] == "Q\nA"
+
+
+async def test_usage_is_reported():
+    out = await EngineReasoner(FakeEngine()).reason_with_usage("Q", SamplingParams())
+    assert (out.text, out.prompt_tokens, out.completion_tokens) == (" Paris", 7, 2)
+
+
+@pytest.mark.parametrize("prompt", [[], [{"content": "no role"}], 42])
+async def test_bad_prompts_are_rejected(prompt):
+    with pytest.raises(TypeError):
+        await EngineReasoner(FakeEngine()).reason(prompt, SamplingParams())
+
+
+def test_real_chat_template_continues_the_reasoning(tokenizer):
+    class Engine:
+        pass
+    Engine.tokenizer = tokenizer
+    messages = [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "One.\n"}]
+    text = EngineReasoner(Engine()).render(messages)
+    assert text.endswith("One.\n") and "Q?" in text
+    assert EngineReasoner(Engine()).render("Q?").rstrip().endswith("assistant")
