@@ -1,0 +1,1 @@
+"""Evaluation: datasets, metrics, load generation, baselines, benchmarks and reports."""

@@ -1,0 +1,97 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.datasets import (DatasetError, Question, load_official_corpus, load_questions, select_split)
+from orthrus_rag.rag.types import Passage
+
+SHARED_2WIKI = Path(__file__).resolve().parents[2].parent / "shared/data/2wiki"
+
+OFFICIAL = [
+    {"_id": "q1", "type": "compositional", "question": "Where was the founder of Kestrel Works born?",
+     "answer": "Ormsby", "evidences": [["Kestrel Works", "founded by", "Ida Brenn"]],
+     "supporting_facts": [["Kestrel Works", 0], ["Ida Brenn", 1], ["Kestrel Works", 1]],
+     "context": [["Kestrel Works", ["Kestrel Works makes pumps. ", "It was founded by Ida Brenn."]],
+                 ["Ida Brenn", ["Ida Brenn was an engineer.", "She was born in Ormsby."]]]},
+    {"_id": "q2", "type": "comparison", "question": "Is Ormsby older than Tull?", "answer": "yes",
+     "supporting_facts": [["Ormsby", 0], ["Tull", 0]],
+     "context": [["Ida Brenn", ["Ida Brenn was an engineer.", "She was born in Ormsby."]],
+                 ["Ormsby", ["Ormsby dates from 1201."]]]},
+]
+
+
+def jsonl_rows(n: int) -> list[dict]:
+    return [{"id": f"q{i}", "type": "bridge", "question": f"Question {i}?", "answer": f"A{i}", "aliases": [],
+             "gold_titles": [f"T{i}", f"U{i}"], "context": None} for i in range(n)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_jsonl_splits_and_limit(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", jsonl_rows(320))
+    dev, test = load_questions(path, "dev"), load_questions(path, "test")
+    assert (len(dev), len(test)) == (300, 20)
+    assert dev[0] == Question("q0", "Question 0?", "A0", [], ["T0", "U0"], "bridge")
+    assert test[0].id == "q300"
+    assert [q.id for q in load_questions(path, "test", limit=2)] == ["q300", "q301"]
+    assert len(load_questions(path, "all")) == 320
+
+
+def test_rows_with_a_split_field_use_it():
+    rows = [{"id": "a", "split": "dev"}, {"id": "b", "split": "test"}, {"id": "c", "split": "test"}]
+    assert [r["id"] for r in select_split(rows, "test", None)] == ["b", "c"]
+    assert [r["id"] for r in select_split(rows, "dev", None)] == ["a"]
+    with pytest.raises(DatasetError, match="split must be one of"):
+        select_split(rows, "train", None)
+
+
+def test_official_json_questions(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(OFFICIAL))
+    questions = load_questions(path, "all")
+    assert questions[0] == Question("q1", OFFICIAL[0]["question"], "Ormsby", [], ["Kestrel Works", "Ida Brenn"],
+                                    "compositional")
+    assert questions[1].answers == ["yes"] and questions[1].gold_titles == ["Ormsby", "Tull"]
+    assert load_questions(path, "test") == []
+
+
+def test_official_context_corpus_is_deduplicated(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(OFFICIAL))
+    assert load_official_corpus(path) == [
+        Passage("ctx-000000", "Kestrel Works", "Kestrel Works makes pumps. It was founded by Ida Brenn."),
+        Passage("ctx-000001", "Ida Brenn", "Ida Brenn was an engineer. She was born in Ormsby."),
+        Passage("ctx-000002", "Ormsby", "Ormsby dates from 1201."),
+    ]
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="question file not found"):
+        load_questions(tmp_path / "nope.jsonl")
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"id": "x", "question": "q?"}])
+    with pytest.raises(DatasetError, match="answer"):
+        load_questions(bad, "all")
+    (tmp_path / "q.csv").write_text("id,question\n")
+    with pytest.raises(DatasetError, match="use .jsonl or .json"):
+        load_questions(tmp_path / "q.csv")
+
+
+def test_hugging_face_offline_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DatasetError, match="could not load Hugging Face dataset"):
+        load_questions("hf:no-such-owner/no-such-dataset-orthrus", "test")
+
+
+@pytest.mark.skipif(not SHARED_2WIKI.is_dir(), reason="shared 2Wiki data not present")
+def test_shared_2wiki_splits():
+    path = SHARED_2WIKI / "questions.jsonl"
+    dev, test = load_questions(path, "dev"), load_questions(path, "test")
+    assert (len(dev), len(test)) == (300, 700)
+    assert {q.id for q in dev}.isdisjoint(q.id for q in test)
+    assert all(q.gold_titles and q.answer for q in test)
+    assert sum(q.answer.lower() in ("yes", "no") for q in dev + test) == 110
