@@ -7,3 +7,7 @@ from orthrus_rag.engine.request import (EmbedOutput, GenerateOutput, PoolingPara
 
 __all__ = ["EmbedOutput", "EngineConfig", "EngineDeadError", "EngineError", "GenerateOutput", "InvalidRequestError",
            "PoolingParams", "QueueFullError", "RequestAbortedError", "RequestTimings", "SamplingParams", "Usage"]
+from orthrus_rag.engine.async_engine import AsyncEngine  # noqa: E402
+from orthrus_rag.engine.engine import LLMEngine  # noqa: E402
+
+__all__ += ["AsyncEngine", "LLMEngine"]

@@ -1,0 +1,52 @@
+"""What the scheduler hands the model runner for one step, and what comes back."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from orthrus_rag.engine.sequence import Sequence
+
+
+@dataclass
+class ScheduledChunk:
+    """`num_tokens` tokens of `seq`, starting at `seq.num_computed`, run through the generator this step."""
+
+    seq: Sequence
+    num_tokens: int
+
+    @property
+    def completes(self) -> bool:
+        """After this chunk the sequence samples (generate) or pools its final result (embed)."""
+        return self.seq.num_computed + self.num_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)  # generation first, backbone embeddings last
+    embedder_seqs: list[Sequence] = field(default_factory=list)  # co-located embedder, whole inputs
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_backbone_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks and not self.embedder_seqs
+
+    def tokens_by_kind(self) -> dict[str, int]:
+        counts = {"decode": 0, "prefill": 0, "embed": 0}
+        for c in self.chunks:
+            kind = "embed" if c.seq.kind == "embed" else ("decode" if c.seq.output_ids else "prefill")
+            counts[kind] += c.num_tokens
+        counts["embed"] += sum(s.num_tokens for s in self.embedder_seqs)
+        return counts
+
+
+@dataclass
+class ModelOutput:
+    """Per completing generation chunk one logits row; per embedding chunk its final hidden states."""
+
+    logits: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (vocab,)
+    hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (n_tokens, hidden)

@@ -1,0 +1,104 @@
+"""Paged KV cache bookkeeping: a pool of fixed-size blocks, block tables, reference counts and prefix caching.
+
+A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`.
+With prefix caching, every full block of a generation sequence is named by a hash chain over its tokens
+(hash of the previous block's hash and this block's tokens). A later sequence whose prompt starts with the same
+full blocks shares them (reference count + 1) instead of recomputing them. Blocks whose count drops to zero go back
+to the free list but keep their hash, so they can still be hit until they are reused: the free list is kept in
+LRU order and the least recently freed block is reused (evicted) first.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from orthrus_rag.engine.sequence import Sequence
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))  # LRU first
+        self.cached: dict[int, int] = {}  # hash -> block id
+        self.hits = 0  # prefix-cache hits, in tokens
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        total = -(-(seq.num_computed + num_new_tokens) // self.block_size)
+        return max(0, total - len(seq.block_table))
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Grow the block table to hold `num_new_tokens` more tokens. False (and no change) when out of blocks."""
+        needed = self.blocks_needed(seq, num_new_tokens)
+        if needed > len(self.free):
+            return False
+        seq.block_table.extend(self._take() for _ in range(needed))
+        return True
+
+    def acquire_prefix(self, seq: Sequence) -> None:
+        """Share the longest run of cached full blocks that starts the sequence; at least one token stays to run."""
+        if not self.enable_prefix_caching or seq.block_table:
+            return
+        tokens = seq.token_ids[: seq.num_tokens - 1]
+        parent = None
+        for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
+            parent = hash((parent, tuple(tokens[start:start + self.block_size])))
+            block = self.cached.get(parent)
+            if block is None:
+                break
+            self._ref(block)
+            seq.block_table.append(block)
+            seq.block_hashes.append(parent)
+        seq.num_computed = len(seq.block_table) * self.block_size
+        self.hits += seq.num_computed
+
+    def commit(self, seq: Sequence) -> None:
+        """Name the sequence's newly completed full blocks so later sequences can share them."""
+        if not self.enable_prefix_caching:
+            return
+        tokens = seq.token_ids
+        while (len(seq.block_hashes) + 1) * self.block_size <= seq.num_computed:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            h = hash((parent, tuple(tokens[i * self.block_size:(i + 1) * self.block_size])))
+            seq.block_hashes.append(h)
+            block = seq.block_table[i]
+            if h not in self.cached and self.block_hash[block] is None:
+                self.cached[h] = block
+                self.block_hash[block] = h
+
+    def free_sequence(self, seq: Sequence) -> None:
+        """Release a sequence's blocks, tail first (so a shared head outlives it in the LRU order)."""
+        for block in reversed(seq.block_table):
+            self.ref_counts[block] -= 1
+            assert self.ref_counts[block] >= 0, f"block {block} freed twice"
+            if self.ref_counts[block] == 0:
+                self.free[block] = None
+        seq.block_table = []
+        seq.block_hashes = []
+
+    def slot(self, seq: Sequence, position: int) -> int:
+        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def _take(self) -> int:
+        block, _ = self.free.popitem(last=False)
+        self._forget(block)
+        self.ref_counts[block] = 1
+        return block
+
+    def _ref(self, block: int) -> None:
+        if self.ref_counts[block] == 0:
+            del self.free[block]
+        self.ref_counts[block] += 1
+
+    def _forget(self, block: int) -> None:
+        h = self.block_hash[block]
+        if h is not None:
+            del self.cached[h]
+            self.block_hash[block] = None

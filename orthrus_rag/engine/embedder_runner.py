@@ -1,0 +1,64 @@
+"""The co-located embedder: a sentence-transformers model run in the same engine step as the generator.
+
+A bidirectional encoder cannot be chunked exactly, so each input runs whole. An input longer than the encoder's
+maximum length is split into windows of at most `max_seq_length - 2` tokens (room for the special tokens); the
+window embeddings are averaged, weighted by their token counts, then normalised. This is an approximation
+(tokens of one window never attend to another's); inputs that fit in one window are embedded exactly as
+sentence-transformers' `encode` does.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from sentence_transformers.models import Normalize
+
+from orthrus_rag.engine.sequence import Sequence
+from orthrus_rag.models import load_embedder
+
+
+class EmbedderRunner:
+    def __init__(self, name: str, dtype: torch.dtype, device: torch.device):
+        self.model = load_embedder(name, dtype, str(device))
+        self.tokenizer = self.model.tokenizer
+        self.max_len = int(self.model.max_seq_length or self.tokenizer.model_max_length)
+        self.dim = self.model.get_sentence_embedding_dimension()
+        self.device = device
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids without special tokens; windows add them."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def num_tokens(self, ids: list[int]) -> int:
+        return len(ids) + 2 * len(self._windows(ids))
+
+    @torch.inference_mode()
+    def embed(self, seqs: list[Sequence]) -> dict[str, torch.Tensor]:
+        windows, owners = [], []
+        for seq in seqs:
+            for window in self._windows(seq.prompt_ids):
+                windows.append(self.tokenizer.build_inputs_with_special_tokens(window))
+                owners.append(seq)
+        vectors = self._forward(windows)
+        results: dict[str, torch.Tensor] = {}
+        for seq in seqs:
+            rows = [i for i, s in enumerate(owners) if s is seq]
+            weights = torch.tensor([len(windows[i]) for i in rows], dtype=torch.float32, device=vectors.device)
+            vector = (vectors[rows] * weights[:, None]).sum(0) / weights.sum()
+            results[seq.request_id] = F.normalize(vector, dim=-1) if seq.pooling.normalize else vector
+        return results
+
+    def _windows(self, ids: list[int]) -> list[list[int]]:
+        size = max(1, self.max_len - 2)
+        return [ids[i:i + size] for i in range(0, max(len(ids), 1), size)]
+
+    def _forward(self, windows: list[list[int]]) -> torch.Tensor:
+        """Sentence embeddings (before any Normalize module) of padded windows, in float32."""
+        length = max(len(w) for w in windows)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.tensor([w + [pad] * (length - len(w)) for w in windows], device=self.device)
+        mask = torch.tensor([[1] * len(w) + [0] * (length - len(w)) for w in windows], device=self.device)
+        features = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        for module in self.model:
+            if not isinstance(module, Normalize):
+                features = module(features)
+        return features["sentence_embedding"].float()

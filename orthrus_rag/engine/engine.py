@@ -1,0 +1,204 @@
+"""The synchronous engine core: `add_request` queues work, `step` runs one heterogeneous batch.
+
+One step: the scheduler picks rows (decodes, unfinished chunks, new work by the composition policy); the model
+runner packs the generator rows into one forward pass; the co-located embedder runs its share; generation rows are
+sampled, embedding rows pooled; finished requests release their KV blocks at once.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import torch
+
+from orthrus_rag.engine.batch import ModelOutput, SchedulerOutput
+from orthrus_rag.engine.block_manager import BlockManager
+from orthrus_rag.engine.config import EngineConfig
+from orthrus_rag.engine.embedder_runner import EmbedderRunner
+from orthrus_rag.engine.errors import InvalidRequestError
+from orthrus_rag.engine.model_runner import ModelRunner
+from orthrus_rag.engine.output import StepOutput, check_stop, take_delta
+from orthrus_rag.engine.policy import AdaptivePolicy, make_policy
+from orthrus_rag.engine.request import (EmbedOutput, GenerateOutput, PoolingParams, RequestTimings, SamplingParams,
+                                        Usage)
+from orthrus_rag.engine.sampler import make_generator, sample
+from orthrus_rag.engine.scheduler import Scheduler
+from orthrus_rag.engine.sequence import Sequence, Status
+from orthrus_rag.engine.stats import EngineStats
+from orthrus_rag.models import set_threads
+
+Prompt = str | list[int]
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        config.validate()
+        set_threads(config.num_threads)
+        self.config = config
+        self.runner = ModelRunner(config)
+        self.tokenizer = self.runner.tokenizer
+        self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device) \
+            if config.embedder else None
+        self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.policy = make_policy(config)
+        self.scheduler = Scheduler(config, self.blocks, self.policy)
+        self.scheduler.embed_ratio = self._embed_ratio
+        self.requests: dict[str, Sequence] = {}
+        self.generators: dict[str, torch.Generator | None] = {}
+        self.eos_ids = _eos_ids(self.runner.model, self.tokenizer)
+        self.stats = EngineStats()
+        self._arrivals = itertools.count()
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | PoolingParams) -> None:
+        """Validate and queue a request; raises InvalidRequestError or QueueFullError and queues nothing then."""
+        if request_id in self.requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        if not isinstance(params, (SamplingParams, PoolingParams)):
+            raise InvalidRequestError("params must be SamplingParams (generate) or PoolingParams (embed)", "params")
+        params.validate()
+        kind = "generate" if isinstance(params, SamplingParams) else "embed"
+        if kind == "embed" and params.model is None and self.embedder is None:
+            params.model = "backbone"
+        on_backbone = kind == "generate" or params.model == "backbone"
+        ids = self._tokenize(prompt, on_backbone)
+        self._check_length(ids, params, on_backbone)
+        seq = Sequence(request_id, kind, ids, RequestTimings(time.perf_counter()), next(self._arrivals),
+                       sampling=params if kind == "generate" else None, pooling=params if kind == "embed" else None)
+        self.scheduler.add(seq)
+        self.requests[request_id] = seq
+        if kind == "generate":
+            self.generators[request_id] = make_generator(params)
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its blocks and pooling state. False when it is unknown or already done."""
+        seq = self.requests.pop(request_id, None)
+        if seq is None:
+            return False
+        self._release(seq, "abort")
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # ---- one step -------------------------------------------------------------------------------------------
+    def step(self) -> list[StepOutput]:
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return []
+        started = time.perf_counter()
+        for chunk in sched.chunks:
+            chunk.seq.timings.first_scheduled = chunk.seq.timings.first_scheduled or started
+        try:
+            model_out, gen_s = self._run_generator(sched)
+            vectors, emb_s = self._run_embedder(sched)
+        except Exception as err:  # a failing forward fails the requests of this step only
+            return [self._fail(seq, err) for seq in [c.seq for c in sched.chunks] + sched.embedder_seqs]
+        emb_tokens = sum(s.num_tokens for s in sched.embedder_seqs)
+        self.policy.observe(sched.num_backbone_tokens, gen_s, emb_tokens, emb_s)
+        self.stats.record_step(sched, gen_s, emb_s)
+        outputs = [o for c in sched.chunks if (o := self._advance(c.seq, c.num_tokens, c.completes, model_out))]
+        outputs += [self._finish_embedding(seq, vectors[seq.request_id]) for seq in sched.embedder_seqs]
+        return outputs
+
+    def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
+        start = time.perf_counter()
+        out = self.runner.execute(sched.chunks, self.blocks) if sched.chunks else ModelOutput()
+        return out, time.perf_counter() - start
+
+    def _run_embedder(self, sched: SchedulerOutput) -> tuple[dict, float]:
+        start = time.perf_counter()
+        for seq in sched.embedder_seqs:
+            seq.timings.first_scheduled = seq.timings.first_scheduled or start
+        vectors = self.embedder.embed(sched.embedder_seqs) if sched.embedder_seqs else {}
+        return vectors, time.perf_counter() - start
+
+    def _advance(self, seq: Sequence, n: int, completes: bool, out: ModelOutput) -> StepOutput | None:
+        first_chunk = seq.num_computed == 0
+        seq.num_computed += n
+        if seq.kind == "embed":
+            seq.pool_state.update(out.hidden[seq.request_id], first_chunk)
+            return self._finish_embedding(seq, seq.pool_state.result(seq.pooling.normalize)) if completes else None
+        self.blocks.commit(seq)
+        if not completes:
+            return None
+        return self._append_token(seq, sample(out.logits[seq.request_id], seq.sampling,
+                                              self.generators[seq.request_id]))
+
+    def _append_token(self, seq: Sequence, token: int) -> StepOutput:
+        seq.output_ids.append(token)
+        seq.timings.first_token = seq.timings.first_token or time.perf_counter()
+        check_stop(seq, self.tokenizer, self.eos_ids)
+        delta = StepOutput(seq.request_id, take_delta(seq), [token])
+        if seq.finish_reason is not None:
+            delta.finished = True
+            delta.result = self._generate_output(seq)
+            self._release(seq, seq.finish_reason)
+        return delta
+
+    def _finish_embedding(self, seq: Sequence, vector: torch.Tensor) -> StepOutput:
+        seq.timings.finished = time.perf_counter()
+        result = EmbedOutput(seq.request_id, vector.float().cpu().numpy(), seq.num_tokens, seq.timings)
+        self._release(seq, "stop")
+        return StepOutput(seq.request_id, finished=True, result=result)
+
+    def _generate_output(self, seq: Sequence) -> GenerateOutput:
+        seq.timings.finished = time.perf_counter()
+        return GenerateOutput(seq.request_id, seq.text, list(seq.output_ids), seq.finish_reason,
+                              Usage(len(seq.prompt_ids), len(seq.output_ids)), seq.timings)
+
+    def _fail(self, seq: Sequence, err: Exception) -> StepOutput:
+        self._release(seq, "abort")
+        return StepOutput(seq.request_id, finished=True, error=err)
+
+    def _release(self, seq: Sequence, reason: str) -> None:
+        self.scheduler.remove(seq)
+        seq.status, seq.finish_reason = Status.FINISHED, seq.finish_reason or reason
+        self.requests.pop(seq.request_id, None)
+        self.generators.pop(seq.request_id, None)
+
+    # ---- validation -----------------------------------------------------------------------------------------
+    def _tokenize(self, prompt: Prompt, on_backbone: bool) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidRequestError("the input is empty; send at least one non-blank character", "input")
+            return self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
+        if not isinstance(prompt, (list, tuple)) or not prompt:
+            raise InvalidRequestError("the input must be a non-empty string or a non-empty list of token ids", "input")
+        vocab = len(self.tokenizer) if on_backbone else self.embedder.tokenizer.vocab_size
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in prompt):
+            raise InvalidRequestError(f"token ids must be integers in [0, {vocab})", "input")
+        return list(prompt)
+
+    def _check_length(self, ids: list[int], params, on_backbone: bool) -> None:
+        if not on_backbone:
+            return
+        limit = self.runner.max_model_len
+        extra = params.max_tokens if isinstance(params, SamplingParams) else 0
+        if len(ids) + extra > limit:
+            what = f"the input ({len(ids)} tokens)" + (f" plus max_tokens ({extra})" if extra else "")
+            raise InvalidRequestError(f"{what} exceeds the model's context length of {limit} tokens; "
+                                      "shorten the input or lower max_tokens", "input")
+        if -(-(len(ids) + extra) // self.config.block_size) > self.config.num_kv_blocks:
+            raise InvalidRequestError(f"the request needs more KV blocks than the pool holds "
+                                      f"({self.config.num_kv_blocks}); raise runtime.num_kv_blocks", "input")
+
+    def _embed_ratio(self) -> float:
+        if isinstance(self.policy, AdaptivePolicy):
+            return self.policy.embed_ratio
+        return self.config.embedder_token_cost or 1.0
+
+    # ---- introspection --------------------------------------------------------------------------------------
+    def get_stats(self) -> dict:
+        return self.stats.snapshot(self)
+
+    def embedding_dim(self, model: str | None = None) -> int:
+        if model == "backbone" or self.embedder is None:
+            return self.runner.hidden_size
+        return self.embedder.dim
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config else None
+    ids = ids if isinstance(ids, list) else [ids]
+    return {i for i in ids + [tokenizer.eos_token_id] if i is not None}

@@ -1,0 +1,63 @@
+"""An embedding adapter on the shared backbone: a PEFT LoRA folder applied to the embedding rows only.
+
+The packed batch puts backbone embedding rows last, so they form one contiguous segment [start, T). Each target
+Linear of the generator is wrapped: generation rows go through the base weights alone, embedding rows get the
+LoRA update `scale * B(A(x))` added, all within the same forward pass. (peft's own per-request routing works per
+sample, not per token of one packed row.)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+
+@dataclass
+class AdapterRows:
+    """Where the adapter applies in the current forward pass; None = nowhere."""
+
+    start: int | None = None
+
+
+class RowLoRALinear(nn.Module):
+    def __init__(self, base: nn.Linear, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float, rows: AdapterRows):
+        super().__init__()
+        self.base, self.rows, self.scale = base, rows, scale
+        self.lora_a = nn.Parameter(lora_a.to(base.weight.dtype), requires_grad=False)
+        self.lora_b = nn.Parameter(lora_b.to(base.weight.dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        start = self.rows.start
+        if start is not None and start < x.shape[-2]:
+            delta = (x[..., start:, :] @ self.lora_a.T) @ self.lora_b.T
+            y[..., start:, :] += self.scale * delta
+        return y
+
+
+def attach_embedding_adapter(model: nn.Module, folder: str | Path) -> AdapterRows:
+    """Wrap the adapter's target modules in `model`; returns the handle that selects the rows per step."""
+    folder = Path(folder)
+    config_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
+    if not config_file.exists() or not weights_file.exists():
+        raise FileNotFoundError(f"{folder} is not a PEFT LoRA folder: it needs adapter_config.json and "
+                                "adapter_model.safetensors (save one with peft's save_pretrained)")
+    config = json.loads(config_file.read_text())
+    if config.get("peft_type", "LORA") != "LORA":
+        raise ValueError(f"{folder}: only LoRA adapters are supported, got peft_type={config.get('peft_type')}")
+    rank, alpha = config["r"], config.get("lora_alpha", config["r"])
+    scale = alpha / (rank ** 0.5) if config.get("use_rslora") else alpha / rank
+    rows = AdapterRows()
+    weights = load_file(str(weights_file))
+    for name in sorted({k.rsplit(".lora_", 1)[0] for k in weights if ".lora_A." in k}):
+        path = name.removeprefix("base_model.model.")
+        parent_name, _, child = path.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        base = getattr(parent, child)
+        setattr(parent, child, RowLoRALinear(base, weights[f"{name}.lora_A.weight"],
+                                             weights[f"{name}.lora_B.weight"], scale, rows))
+    return rows

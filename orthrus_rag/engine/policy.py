@@ -1,0 +1,204 @@
+"""Composition policies: how each step's token budget is shared between embedding and generation work.
+
+The scheduler first places running decodes and unfinished chunks, then asks the policy, request by request, which
+queue the next new request comes from (`choose`) and how many more new-work tokens the step may take (`room`).
+
+- `fcfs`: class-blind; the oldest waiting request first.
+- `weighted`: smooth weighted round-robin between the embed and generate queues (`runtime.weights`).
+- `alternating`: a step holds one kind only (the baseline that never mixes); kinds alternate when both wait.
+- `adaptive` (default): sizes the step by time and splits it by backlog.
+  Step time is modelled as t = a + c_g * n for n generator tokens (a least-squares line over exponentially
+  weighted past steps), and c_e is the embedder's seconds per token measured the same way. With
+  T = `step_time_target_s` and U the tokens already placed (decodes, running chunks):
+
+      cap      = max(min_new, (T - a - c_g * U) / c_g)        new-work tokens this step (generator units)
+      P_e      = waiting embed tokens (embedder tokens weighted by c_e / c_g),  P_g = waiting prompt tokens
+      quota_e  = cap * P_e / (P_e + P_g),  quota_g = cap - quota_e
+
+  Embedding requests ride along while their quota lasts; left-over room goes to whichever queue still waits (work
+  conserving). So decode latency stays near T however deep the queues, and both queues drain at the same relative
+  rate: a burst of embeddings cannot starve prompts and the reverse.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from orthrus_rag.engine.config import EngineConfig
+from orthrus_rag.engine.sequence import Kind
+
+KINDS: tuple[Kind, Kind] = ("generate", "embed")
+
+
+@dataclass
+class QueueView:
+    """What a policy may look at: queue heads, backlog, and what the step already holds."""
+
+    head_arrival: dict[Kind, int | None]  # arrival order of each queue's head (None = empty)
+    pending_tokens: dict[Kind, float]  # waiting work in generator-token units
+    running: dict[Kind, int]  # requests already running (decoding or mid-chunk)
+    placed_tokens: int = 0  # tokens already in this step
+    new_tokens: dict[Kind, float] = field(default_factory=lambda: {"generate": 0.0, "embed": 0.0})
+
+    def has(self, kind: Kind) -> bool:
+        return self.head_arrival[kind] is not None
+
+
+class Policy:
+    name = "base"
+
+    def begin_step(self, view: QueueView) -> None:
+        """Called once per step before anything is placed."""
+
+    def allows(self, kind: Kind) -> bool:
+        """May running work of this kind take part in this step?"""
+        return True
+
+    def plan(self, view: QueueView) -> None:
+        """Called after decodes and running chunks are placed, before new work is admitted."""
+
+    def choose(self, view: QueueView) -> Kind | None:
+        raise NotImplementedError
+
+    def room(self, view: QueueView) -> float:
+        """New-work tokens the step may still take (generator units)."""
+        return math.inf
+
+    def observe(self, gen_tokens: int, gen_seconds: float, emb_tokens: int, emb_seconds: float) -> None:
+        """Measured cost of the last step, split by model."""
+
+
+class FCFSPolicy(Policy):
+    name = "fcfs"
+
+    def choose(self, view: QueueView) -> Kind | None:
+        heads = [(a, k) for k, a in view.head_arrival.items() if a is not None]
+        return min(heads)[1] if heads else None
+
+
+class WeightedPolicy(Policy):
+    name = "weighted"
+
+    def __init__(self, weights: dict[str, int]):
+        self.weights = {k: max(0, int(weights.get(k, 1))) for k in KINDS}
+        self.current = {k: 0 for k in KINDS}
+
+    def choose(self, view: QueueView) -> Kind | None:
+        live = [k for k in KINDS if view.has(k) and self.weights[k] > 0] or [k for k in KINDS if view.has(k)]
+        if not live:
+            return None
+        for k in live:
+            self.current[k] += self.weights[k] or 1
+        pick = max(live, key=lambda k: self.current[k])
+        self.current[pick] -= sum(self.weights[k] or 1 for k in live)
+        return pick
+
+
+class AlternatingPolicy(Policy):
+    name = "alternating"
+
+    def __init__(self):
+        self.kind: Kind = "embed"
+
+    def begin_step(self, view: QueueView) -> None:
+        has_work = {k: view.has(k) or view.running[k] > 0 for k in KINDS}
+        other: Kind = "generate" if self.kind == "embed" else "embed"
+        if has_work[other]:
+            self.kind = other
+
+    def allows(self, kind: Kind) -> bool:
+        return kind == self.kind
+
+    def choose(self, view: QueueView) -> Kind | None:
+        return self.kind if view.has(self.kind) else None
+
+
+class AdaptivePolicy(Policy):
+    name = "adaptive"
+
+    def __init__(self, step_time_target_s: float, min_new_tokens: int, embedder_token_cost: float | None):
+        self.target = step_time_target_s
+        self.min_new = min_new_tokens
+        self.fixed_ratio = embedder_token_cost
+        self.gen_cost = LinearCost()  # generator step seconds against tokens
+        self.emb_cost = LinearCost()  # embedder seconds against tokens
+        self.cap = math.inf
+        self.quota = {"generate": math.inf, "embed": math.inf}
+
+    @property
+    def embed_ratio(self) -> float:
+        """Cost of one co-located embedder token in generator tokens."""
+        if self.fixed_ratio is not None:
+            return self.fixed_ratio
+        if self.gen_cost.ready and self.emb_cost.ready:
+            return self.emb_cost.slope / self.gen_cost.slope
+        return 1.0
+
+    def plan(self, view: QueueView) -> None:
+        if self.gen_cost.ready:
+            c_g = self.gen_cost.slope
+            self.cap = max(self.min_new, (self.target - self.gen_cost.intercept - c_g * view.placed_tokens) / c_g)
+        pe, pg = view.pending_tokens["embed"], view.pending_tokens["generate"]
+        share = pe / (pe + pg) if pe + pg else 0.5
+        self.quota = {"embed": self.cap * share, "generate": self.cap * (1 - share)}
+
+    def choose(self, view: QueueView) -> Kind | None:
+        if self.room(view) <= 0:
+            return None
+        under = [k for k in ("embed", "generate") if view.has(k) and view.new_tokens[k] < self.quota[k]]
+        if under:
+            return under[0]
+        waiting = [k for k in ("embed", "generate") if view.has(k)]
+        return waiting[0] if waiting else None
+
+    def room(self, view: QueueView) -> float:
+        return self.cap - sum(view.new_tokens.values())
+
+    def observe(self, gen_tokens: int, gen_seconds: float, emb_tokens: int, emb_seconds: float) -> None:
+        if gen_tokens:
+            self.gen_cost.add(gen_tokens, gen_seconds)
+        if emb_tokens:
+            self.emb_cost.add(emb_tokens, emb_seconds)
+
+
+class LinearCost:
+    """Seconds = intercept + slope * tokens, fitted by least squares with exponentially decaying weights."""
+
+    def __init__(self, decay: float = 0.95):
+        self.decay = decay
+        self.w = self.x = self.y = self.xx = self.xy = 0.0
+
+    def add(self, tokens: float, seconds: float) -> None:
+        d = self.decay
+        self.w, self.x, self.y = d * self.w + 1, d * self.x + tokens, d * self.y + seconds
+        self.xx, self.xy = d * self.xx + tokens * tokens, d * self.xy + tokens * seconds
+
+    @property
+    def ready(self) -> bool:
+        return self.w > 0 and self.slope > 0
+
+    @property
+    def slope(self) -> float:
+        if self.w == 0:
+            return 0.0
+        mx, my = self.x / self.w, self.y / self.w
+        var = self.xx / self.w - mx * mx
+        if var <= 1e-9 * max(1.0, mx * mx):  # one token count seen so far: no line yet, use the ratio
+            return my / mx if mx else 0.0
+        return max((self.xy / self.w - mx * my) / var, 1e-3 * my / mx)
+
+    @property
+    def intercept(self) -> float:
+        if self.w == 0:
+            return 0.0
+        return max(0.0, (self.y - self.slope * self.x) / self.w)
+
+
+def make_policy(config: EngineConfig) -> Policy:
+    if config.policy == "fcfs":
+        return FCFSPolicy()
+    if config.policy == "weighted":
+        return WeightedPolicy(config.weights)
+    if config.policy == "alternating":
+        return AlternatingPolicy()
+    return AdaptivePolicy(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost)

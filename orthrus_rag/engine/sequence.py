@@ -1,0 +1,60 @@
+"""A request's state inside the engine: its tokens, progress, blocks and pooling state."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orthrus_rag.engine.pooler import PoolState
+from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
+
+Kind = Literal["generate", "embed"]
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    kind: Kind
+    prompt_ids: list[int]
+    timings: RequestTimings
+    arrival_seq: int  # admission order, for FCFS and newest-first preemption
+    sampling: SamplingParams | None = None
+    pooling: PoolingParams | None = None
+    output_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0  # tokens already run through the model (KV written or pooled)
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)  # prefix-cache hash chain of its full blocks
+    status: Status = Status.WAITING
+    finish_reason: FinishReason | None = None
+    pool_state: PoolState | None = None
+    text: str = ""  # detokenised output so far
+    num_text_sent: int = 0  # characters of `text` already streamed
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_remaining(self) -> int:
+        """Tokens still to run before this sequence samples (generate) or pools (embed)."""
+        return self.num_tokens - self.num_computed
+
+    @property
+    def on_backbone(self) -> bool:
+        """Runs through the generator's layers (all generation, and backbone embeddings)."""
+        return self.kind == "generate" or (self.pooling is not None and self.pooling.model == "backbone")
+
+    @property
+    def is_decode(self) -> bool:
+        return self.kind == "generate" and self.status == Status.RUNNING and self.num_remaining == 1 \
+            and len(self.output_ids) > 0
