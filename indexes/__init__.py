@@ -1,5 +1,8 @@
 """Corpora and FAISS indexes: load, build, save, load back, search."""
+from indexes.build import build_index, embed_passages, engine_embedder, load_or_build
 from indexes.corpus import CorpusFormatError, corpus_fingerprint, load_corpus
 from indexes.faiss_index import DenseIndex, IndexMismatchError
+from indexes.manifest import IndexManifest
 
-__all__ = ["CorpusFormatError", "DenseIndex", "IndexMismatchError", "corpus_fingerprint", "load_corpus"]
+__all__ = ["CorpusFormatError", "DenseIndex", "IndexManifest", "IndexMismatchError", "build_index",
+           "corpus_fingerprint", "embed_passages", "engine_embedder", "load_corpus", "load_or_build"]
