@@ -1,0 +1,55 @@
+"""`create_app`: the FastAPI application in front of one AsyncEngine."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import Depends, FastAPI
+
+from orthrus_rag.engine import AsyncEngine
+from orthrus_rag.serving.auth import require_api_key
+from orthrus_rag.serving.body_limit import BodyLimitMiddleware
+from orthrus_rag.serving.errors import install_error_handlers
+from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
+from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
+from orthrus_rag.serving.routes import chat, completions, embeddings, system
+from orthrus_rag.serving.routes import rag as rag_route
+from orthrus_rag.serving.settings import ServerSettings, served_name
+from orthrus_rag.serving.state import RagFn, ServerState
+
+
+def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag: RagFn | None = None, *,
+               owns_engine: bool = True) -> FastAPI:
+    """The app; on shutdown (after in-flight requests finish) it shuts the engine down when it `owns_engine`."""
+    settings = settings or ServerSettings()
+    state = _state(engine, settings, rag)
+    app = FastAPI(title="Orthrus-RAG", lifespan=_lifespan(state, owns_engine))
+    app.state.server = state
+    install_error_handlers(app)
+    guarded = [Depends(require_api_key)]
+    for module in (embeddings, completions, chat, rag_route):
+        app.include_router(module.router, dependencies=guarded)
+    app.include_router(system.router)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(DrainingMiddleware, lifecycle=state.lifecycle)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    return app
+
+
+def _state(engine: AsyncEngine, settings: ServerSettings, rag_fn: RagFn | None) -> ServerState:
+    cfg = engine.config
+    generator = settings.served_model_name or served_name(cfg.generator)
+    embedder = (settings.served_embedder_name or served_name(cfg.embedder)) if cfg.embedder else None
+    return ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag_fn)
+
+
+def _lifespan(state: ServerState, owns_engine: bool):
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.lifecycle.start_draining()
+        if owns_engine:  # finishes whatever is still in flight, off the event loop so streams keep flowing
+            await asyncio.to_thread(state.engine.shutdown)
+
+    return lifespan

@@ -1,0 +1,45 @@
+"""Refuse request bodies over `max_body_bytes` with a 413, whether or not they declare a Content-Length."""
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fastapi import HTTPException
+
+from orthrus_rag.serving.errors import APIError
+
+
+def too_large_message(limit: int) -> str:
+    return f"the request body is larger than the server's limit of {limit} bytes (server.max_body_bytes)"
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, max_body_bytes: int):
+        self.app, self.limit = app, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if _declared_length(scope) > self.limit:
+            error = APIError(413, too_large_message(self.limit), code="request_too_large")
+            return await error.response()(scope, receive, send)
+        await self.app(scope, self._counting(receive), send)
+
+    def _counting(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise HTTPException(413, too_large_message(self.limit))  # FastAPI passes HTTPExceptions through
+            return message
+
+        return counted
+
+
+def _declared_length(scope: Scope) -> int:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0

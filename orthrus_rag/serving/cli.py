@@ -1,0 +1,72 @@
+"""`orthrus-rag-serve`: the HTTP server as a Hydra app (conf/serve.yaml).
+
+    orthrus-rag-serve                                  # SmolLM2 + MiniLM on http://127.0.0.1:8000
+    orthrus-rag-serve server.port=9000 runtime.dtype=float32
+    orthrus-rag-serve model.name=/models/Llama-3-8B-Instruct embedder=backbone server.rag.enabled=false
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams
+from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+log = logging.getLogger("orthrus_rag.serving")
+
+
+def engine_config(cfg: DictConfig) -> EngineConfig:
+    """The `model`, `embedder` and `runtime` groups as an EngineConfig (runtime keys map one to one)."""
+    runtime = OmegaConf.to_container(cfg.runtime, resolve=True)
+    return EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
+
+
+def server_settings(cfg: DictConfig) -> ServerSettings:
+    values = OmegaConf.to_container(cfg.server, resolve=True)
+    embedder = OmegaConf.to_container(cfg.embedder, resolve=True)
+    values["embedding"] = EmbeddingSettings(**{k: embedder[k] for k in ("pooling", "normalize", "model")})
+    return ServerSettings.from_config(values)
+
+
+def build_rag(engine: AsyncEngine, cfg: DictConfig, settings: ServerSettings):
+    """The /v1/rag callable, or None when RAG is off. Builds (or loads the cached) index before serving."""
+    if not settings.rag.enabled:
+        return None
+    from orthrus_rag.serving.rag_service import build_rag as build  # imports faiss and the pipelines
+
+    e = settings.embedding
+    pooling = PoolingParams(e.pooling, e.normalize, e.model if cfg.embedder.name else "backbone")
+    embedder_name = cfg.embedder.name or f"{cfg.model.name}:backbone"
+    return asyncio.run(build(engine, settings.rag, embedder_name, pooling))
+
+
+def run(cfg: DictConfig) -> None:
+    from orthrus_rag.serving.app import create_app
+    from orthrus_rag.serving.server import serve
+
+    settings = server_settings(cfg)
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key is None:
+        log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
+    engine = AsyncEngine(engine_config(cfg))
+    try:
+        rag = build_rag(engine, cfg, settings)
+    except BaseException:
+        engine.shutdown()
+        raise
+    serve(create_app(engine, settings, rag), settings)
+
+
+def main() -> None:
+    if not (CONF_DIR / "serve.yaml").is_file():
+        raise SystemExit(f"config folder {CONF_DIR} with serve.yaml not found: install orthrus-rag from its "
+                         "repository (pip install -e .)")
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="serve")(run)()
+
+
+if __name__ == "__main__":
+    main()

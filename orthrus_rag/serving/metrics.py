@@ -1,0 +1,75 @@
+"""Prometheus metrics, one registry per app: engine gauges and counters read at scrape time, request latency."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+ENDPOINTS = ("/v1/embeddings", "/v1/completions", "/v1/chat/completions", "/v1/rag", "/v1/models")
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class EngineCollector:
+    """Reads `engine.stats()` on every scrape."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.engine.stats()
+        waiting = GaugeMetricFamily("orthrus_waiting_requests", "Requests waiting to be scheduled", labels=["kind"])
+        for kind, n in stats.get("waiting", {}).items():
+            waiting.add_metric([kind], n)
+        tokens = CounterMetricFamily("orthrus_tokens", "Tokens processed by the engine", labels=["kind"])
+        for kind, n in stats.get("tokens", {}).items():
+            tokens.add_metric([kind], n)
+        yield waiting
+        yield tokens
+        yield GaugeMetricFamily("orthrus_running_requests", "Requests admitted and running", stats.get("running", 0))
+        yield GaugeMetricFamily("orthrus_kv_blocks_used", "KV cache blocks in use", stats.get("kv_blocks_used", 0))
+        yield GaugeMetricFamily("orthrus_kv_blocks_total", "KV cache blocks in the pool", stats.get("kv_blocks_total", 0))
+        yield CounterMetricFamily("orthrus_engine_steps", "Engine steps run", stats.get("steps", 0))
+
+
+class ServerMetrics:
+    def __init__(self, engine):
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(engine))
+        self.latency = Histogram("orthrus_request_latency_seconds", "Time from request to the last response byte",
+                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.requests = Counter("orthrus_http_requests", "HTTP requests answered", ["endpoint", "status"],
+                                registry=self.registry)
+
+    def observe(self, endpoint: str, status: int, seconds: float) -> None:
+        self.latency.labels(endpoint).observe(seconds)
+        self.requests.labels(endpoint, str(status)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Times each API request until its last body byte is sent (so streams count in full)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = scope.get("path", "")
+        if scope["type"] != "http" or endpoint not in ENDPOINTS:
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            self.metrics.observe(endpoint, status, time.perf_counter() - start)

@@ -1,0 +1,1 @@
+"""The HTTP routes, one file per API family."""

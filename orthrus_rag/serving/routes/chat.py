@@ -1,0 +1,60 @@
+"""`POST /v1/chat/completions`: messages through the generator's chat template."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends
+
+from orthrus_rag.engine.output import StepOutput
+from orthrus_rag.serving.errors import bad_request
+from orthrus_rag.serving.generation import (Call, check_model, check_supported, new_call, open_stream,
+                                            sampling_params, usage_of)
+from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
+from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
+                                           ChatCompletionResponse, ChatDelta)
+from orthrus_rag.serving.sse import sse_response
+from orthrus_rag.serving.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(req: ChatCompletionRequest, state: ServerState = Depends(get_state)):
+    call = new_call("chatcmpl", check_model(state, req.model))
+    check_supported(req)
+    prompt = render_chat(state.engine.tokenizer, req.messages)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    params = sampling_params(req, max_tokens, state.settings.default_max_tokens)
+    if req.stream:
+        return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
+    out = await state.engine.generate(prompt, params)
+    choice = ChatChoice(message=AssistantMessage(content=out.text), finish_reason=out.finish_reason)
+    return ChatCompletionResponse(id=call.id, created=call.created, model=call.model, choices=[choice],
+                                  usage=usage_of(out))
+
+
+def render_chat(tokenizer, messages: list[ChatMessage]) -> str:
+    """The exact prompt text the generator sees for `messages`."""
+    if not messages:
+        raise bad_request("messages must hold at least one message", "messages")
+    if tokenizer.chat_template is None:
+        raise bad_request("the generator has no chat template; use /v1/completions", "messages")
+    plain = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
+    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+
+
+async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage: bool):
+    yield _chunk(call, ChatDelta(role="assistant", content=""))
+    async for out in outputs:
+        if out.delta_text:
+            yield _chunk(call, ChatDelta(content=out.delta_text))
+        if out.finished:
+            yield _chunk(call, ChatDelta(), out.result.finish_reason)
+            if include_usage:
+                yield ChatCompletionChunk(id=call.id, created=call.created, model=call.model, choices=[],
+                                          usage=usage_of(out.result))
+
+
+def _chunk(call: Call, delta: ChatDelta, finish_reason: str | None = None) -> ChatCompletionChunk:
+    return ChatCompletionChunk(id=call.id, created=call.created, model=call.model,
+                               choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)])

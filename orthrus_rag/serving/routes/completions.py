@@ -1,0 +1,62 @@
+"""`POST /v1/completions`: text in, text out (or a stream of text chunks)."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends
+
+from orthrus_rag.engine.output import StepOutput
+from orthrus_rag.serving.errors import bad_request
+from orthrus_rag.serving.generation import (Call, check_model, check_supported, new_call, open_stream,
+                                            sampling_params, usage_of)
+from orthrus_rag.serving.requests import CompletionRequest
+from orthrus_rag.serving.responses import CompletionChoice, CompletionResponse
+from orthrus_rag.serving.sse import sse_response
+from orthrus_rag.serving.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=None)
+async def completions(req: CompletionRequest, state: ServerState = Depends(get_state)):
+    call = new_call("cmpl", check_model(state, req.model))
+    check_supported(req)
+    _check_completion_only(req)
+    prompt = _single_prompt(req.prompt)
+    params = sampling_params(req, req.max_tokens, state.settings.default_max_tokens)
+    if req.stream:
+        return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
+    out = await state.engine.generate(prompt, params)
+    choice = CompletionChoice(text=out.text, finish_reason=out.finish_reason)
+    return CompletionResponse(id=call.id, created=call.created, model=call.model, choices=[choice],
+                              usage=usage_of(out))
+
+
+async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage: bool):
+    async for out in outputs:
+        if not out.delta_text and not out.finished:
+            continue
+        reason = out.result.finish_reason if out.finished else None
+        choice = CompletionChoice(text=out.delta_text, finish_reason=reason)
+        yield CompletionResponse(id=call.id, created=call.created, model=call.model, choices=[choice])
+        if out.finished and include_usage:
+            yield CompletionResponse(id=call.id, created=call.created, model=call.model, choices=[],
+                                     usage=usage_of(out.result))
+
+
+def _single_prompt(prompt: str | list) -> str | list[int]:
+    """One prompt: a string or token ids, possibly wrapped in a one-element list."""
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        return prompt
+    if len(prompt) != 1:
+        raise bad_request(f"send exactly one prompt per request (got {len(prompt)})", "prompt")
+    return prompt[0]
+
+
+def _check_completion_only(req: CompletionRequest) -> None:
+    if req.echo:
+        raise bad_request("echo is not supported by this server", "echo")
+    if req.best_of not in (None, 1):
+        raise bad_request("best_of must be 1", "best_of")
+    if req.suffix:
+        raise bad_request("suffix is not supported by this server", "suffix")

@@ -1,0 +1,35 @@
+"""`GET /v1/models`, `/health` and `/metrics`."""
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from orthrus_rag.serving.auth import require_api_key
+from orthrus_rag.serving.responses import ModelCard, ModelList
+from orthrus_rag.serving.state import ServerState, get_state
+
+router = APIRouter()
+_STARTED = int(time.time())
+
+
+@router.get("/v1/models", dependencies=[Depends(require_api_key)])
+async def list_models(state: ServerState = Depends(get_state)) -> ModelList:
+    cards = [ModelCard(id=state.generator_name, created=_STARTED, kind="generator")]
+    if state.embedder_name:
+        cards.append(ModelCard(id=state.embedder_name, created=_STARTED, kind="embedder"))
+    return ModelList(data=cards)
+
+
+@router.get("/health")
+async def health(state: ServerState = Depends(get_state)) -> JSONResponse:
+    stats = state.engine.stats()
+    body = {"status": "ok", "running": stats.get("running", 0), "waiting": stats.get("waiting", {})}
+    return JSONResponse(body)
+
+
+@router.get("/metrics")
+async def metrics(state: ServerState = Depends(get_state)) -> Response:
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,64 @@
+"""Server settings: the Hydra `server` group (conf/server/*.yaml) validated into typed models."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+API_KEY_ENV = "ORTHRUS_RAG_API_KEY"
+
+
+class EmbeddingSettings(BaseModel):
+    """How `/v1/embeddings` pools for the embedder's served name (the Hydra `embedder` group)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pooling: Literal["mean", "last", "cls"] = "mean"
+    normalize: bool = True
+    model: Literal["backbone"] | None = None  # None: the co-located embedder; "backbone": the generator's layers
+
+
+class RagSettings(BaseModel):
+    """The RAG pipelines behind `/v1/rag`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    pipeline: str = "standard_rag"  # used when a request names none
+    corpus: str | None = None  # a .jsonl/.json corpus; None: the embedded demo corpus
+    index_cache: str | None = None  # folder of the cached index; None: under the orthrus-rag cache
+    factory: str = "Flat"  # FAISS index factory string
+    pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> the pipeline's own settings
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: str | None = None  # None: no key unless $ORTHRUS_RAG_API_KEY is set (see `from_config`)
+    max_body_bytes: int = Field(1_048_576, ge=1)
+    default_max_tokens: int = Field(256, ge=1)  # when a request gives neither max_tokens nor max_completion_tokens
+    served_model_name: str | None = None  # None: derived from the generator's name or folder
+    served_embedder_name: str | None = None  # None: derived from the embedder's name or folder
+    log_level: str = "info"
+    timeout_graceful_shutdown: float | None = 30.0  # seconds to let in-flight requests finish on shutdown
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    rag: RagSettings = Field(default_factory=RagSettings)
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any]) -> ServerSettings:
+        """Settings from a plain dict (e.g. the resolved Hydra `server` group); the API key falls back to the env."""
+        settings = cls.model_validate(values)
+        if settings.api_key is None and os.environ.get(API_KEY_ENV):
+            settings = settings.model_copy(update={"api_key": os.environ[API_KEY_ENV]})
+        return settings
+
+
+def served_name(name_or_path: str | None) -> str | None:
+    """The name clients use for a model: a shipped name as is, a local folder by its last component."""
+    if name_or_path is None:
+        return None
+    return Path(name_or_path).name if os.sep in name_or_path else name_or_path

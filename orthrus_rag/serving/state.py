@@ -1,0 +1,29 @@
+"""What the routes share: the engine, settings, served model names, metrics, the RAG callable."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from orthrus_rag.engine import AsyncEngine
+from orthrus_rag.serving.lifecycle import Lifecycle
+from orthrus_rag.serving.metrics import ServerMetrics
+from orthrus_rag.serving.settings import ServerSettings
+
+RagFn = Callable[[str, "str | None"], Awaitable[dict]]
+
+
+@dataclass
+class ServerState:
+    engine: AsyncEngine
+    settings: ServerSettings
+    metrics: ServerMetrics
+    lifecycle: Lifecycle
+    generator_name: str
+    embedder_name: str | None  # None when the engine embeds with the generator's own layers only
+    rag: RagFn | None = None
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.server
