@@ -1,7 +1,7 @@
 """The co-located embedder: a sentence-transformers model run in the same engine step as the generator.
 
 A bidirectional encoder cannot be chunked exactly, so each input runs whole. An input longer than the encoder's
-maximum length is split into windows of at most `max_seq_length - 2` tokens (room for the special tokens); the
+maximum length is split into windows that fit it together with its special tokens ([CLS] ... [SEP]); the
 window embeddings are averaged, weighted by their token counts, then normalised. This is an approximation
 (tokens of one window never attend to another's); inputs that fit in one window are embedded exactly as
 sentence-transformers' `encode` does.
@@ -21,22 +21,23 @@ class EmbedderRunner:
         self.model = load_embedder(name, dtype, str(device))
         self.tokenizer = self.model.tokenizer
         self.max_len = int(self.model.max_seq_length or self.tokenizer.model_max_length)
-        self.dim = self.model.get_sentence_embedding_dimension()
+        self.dim = self.model.get_embedding_dimension()
         self.device = device
+        self.prefix, self.suffix = _special_tokens(self.tokenizer)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids without special tokens; windows add them."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def num_tokens(self, ids: list[int]) -> int:
-        return len(ids) + 2 * len(self._windows(ids))
+        return len(ids) + (len(self.prefix) + len(self.suffix)) * len(self._windows(ids))
 
     @torch.inference_mode()
     def embed(self, seqs: list[Sequence]) -> dict[str, torch.Tensor]:
         windows, owners = [], []
         for seq in seqs:
             for window in self._windows(seq.prompt_ids):
-                windows.append(self.tokenizer.build_inputs_with_special_tokens(window))
+                windows.append(self.prefix + window + self.suffix)
                 owners.append(seq)
         vectors = self._forward(windows)
         results: dict[str, torch.Tensor] = {}
@@ -48,7 +49,7 @@ class EmbedderRunner:
         return results
 
     def _windows(self, ids: list[int]) -> list[list[int]]:
-        size = max(1, self.max_len - 2)
+        size = max(1, self.max_len - len(self.prefix) - len(self.suffix))
         return [ids[i:i + size] for i in range(0, max(len(ids), 1), size)]
 
     def _forward(self, windows: list[list[int]]) -> torch.Tensor:
@@ -62,3 +63,11 @@ class EmbedderRunner:
             if not isinstance(module, Normalize):
                 features = module(features)
         return features["sentence_embedding"].float()
+
+
+def _special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text (e.g. [CLS] and [SEP])."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    start = next(i for i in range(len(full)) if full[i:i + len(plain)] == plain)
+    return full[:start], full[start + len(plain):]
