@@ -56,8 +56,8 @@ def validation_error(err: RequestValidationError) -> APIError:
     """FastAPI's 422 as a 400 naming the first bad field."""
     first = err.errors()[0] if err.errors() else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
-    where = f" at '{param}'" if param else ""
+    param = loc[0] if loc and not loc[0].isdigit() else None  # the top-level field, as OpenAI reports it
+    where = f" at '{'.'.join(loc)}'" if loc else ""
     return bad_request(f"invalid request{where}: {first.get('msg', 'malformed body')}", param)
 
 
