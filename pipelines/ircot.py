@@ -34,11 +34,13 @@ class IRCoT(Pipeline):
     async def answer(self, question: str) -> Answer:
         passages = (await self.retrieve(question, self.k))[: self.max_passages]
         reasoning: list[str] = []
+        transcript = ""  # the reasoning as the generator wrote it, line breaks included
         for step in range(self.max_steps):
-            sentence = await self._next_sentence(question, passages, reasoning)
+            sentence, transcript = await self._next_sentence(question, passages, transcript)
             if not sentence or sentence in reasoning:  # nothing new to say: stop early
                 break
             reasoning.append(sentence)
+            transcript += sentence + "\n"
             stated = find_answer(sentence)
             if stated is not None:
                 return Answer(question, stated, passages)
@@ -46,13 +48,23 @@ class IRCoT(Pipeline):
                 passages = add_new(passages, await self.retrieve(sentence, self.k), self.max_passages)
         return Answer(question, await self._fallback(question, passages, reasoning), passages)
 
-    async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
-        messages: list[Message] = [{"role": "user", "content": self._template.render(
-            question, passages, self._demos, self.passage_words)}]
-        if reasoning:  # the reasoning so far, which the generator continues
-            messages.append({"role": "assistant", "content": "\n".join(reasoning) + "\n"})
-        text = await self.reason(messages, SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
-        return first_sentence(text.strip()).strip()
+    async def _next_sentence(self, question: str, passages: list[Passage], transcript: str) -> tuple[str, str]:
+        """The next reasoning sentence (generation stops at a line break), and the transcript it follows.
+
+        A generator that opens with a line break (it wants a blank line between steps) gets that line
+        break added to the transcript and one more try.
+        """
+        user = self._template.render(question, passages, self._demos, self.passage_words)
+        params = SamplingParams(max_tokens=self.max_tokens, stop=["\n"])
+        for _ in range(2):
+            messages: list[Message] = [{"role": "user", "content": user}]
+            if transcript:  # the reasoning so far, which the generator continues
+                messages.append({"role": "assistant", "content": transcript})
+            text = (await self.reason(messages, params)).strip()
+            if text:
+                return first_sentence(text).strip(), transcript
+            transcript += "\n"
+        return "", transcript
 
     async def _fallback(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         if not self.final_reader:

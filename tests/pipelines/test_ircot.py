@@ -69,11 +69,20 @@ async def test_final_reader_is_not_called_when_an_answer_was_stated(retriever, s
     assert result.prediction == "yes" and len(reasoner.calls) == 1
 
 
-@pytest.mark.parametrize("outputs", [["\n"], ["Same.", "Same."]])
+@pytest.mark.parametrize("outputs", [["", " \n"], ["Same.", "Same."]])
 async def test_stops_when_nothing_new_is_generated(retriever, script, outputs):
     reasoner = script(outputs + ["unused"] * 5)
     await IRCoT(retriever, reasoner, max_steps=5).answer(Q)
     assert len(reasoner.calls) == len(outputs)
+
+
+async def test_an_empty_line_is_kept_and_the_step_tried_again(retriever, script):
+    reasoner = script(["First.", "", "So the answer is: x.", "unused"])
+    result = await IRCoT(retriever, reasoner, k=1).answer(Q)
+    assert result.prediction == "x" and len(reasoner.calls) == 3
+    assert reasoner.calls[1].input[-1]["content"] == "First.\n"
+    assert reasoner.calls[2].input[-1]["content"] == "First.\n\n"
+    assert retriever.queries == [Q, "First."]
 
 
 def test_bad_settings_are_rejected(retriever, script):
