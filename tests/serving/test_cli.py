@@ -1,0 +1,54 @@
+"""The Hydra config maps onto EngineConfig and ServerSettings; the real RAG answers through the engine."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from orthrus_rag.engine import EngineConfig, PoolingParams
+from orthrus_rag.serving.cli import CONF_DIR, engine_config, server_settings
+from orthrus_rag.serving.rag_service import build_rag
+from orthrus_rag.serving.routes.rag import RagInputError
+from orthrus_rag.serving.settings import RagSettings, served_name
+
+
+def config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="serve", overrides=list(overrides))
+
+
+def test_defaults_bind_loopback_and_map_runtime_one_to_one(monkeypatch):
+    monkeypatch.delenv("ORTHRUS_RAG_API_KEY", raising=False)
+    cfg = config("runtime.max_waiting=7", "server.port=9001")
+    engine = engine_config(cfg)
+    assert {f.name for f in dataclasses.fields(EngineConfig)} == set(cfg.runtime) | {"generator", "embedder"}
+    assert (engine.generator, engine.embedder, engine.max_waiting) == ("smollm2-135m-instruct", "all-minilm-l6-v2", 7)
+    settings = server_settings(cfg)
+    assert (settings.host, settings.port, settings.api_key) == ("127.0.0.1", 9001, None)
+    assert settings.embedding.pooling == "mean" and settings.rag.pipeline in settings.rag.pipelines
+
+
+def test_backbone_embedder_and_env_api_key(monkeypatch):
+    monkeypatch.setenv("ORTHRUS_RAG_API_KEY", "k")
+    cfg = config("embedder=backbone")
+    assert engine_config(cfg).embedder is None
+    settings = server_settings(cfg)
+    assert settings.embedding.model == "backbone" and settings.api_key == "k"
+
+
+def test_served_names():
+    assert served_name("smollm2-135m-instruct") == "smollm2-135m-instruct"
+    assert served_name("/models/Llama-3-8B-Instruct") == "Llama-3-8B-Instruct"
+    assert served_name(None) is None
+
+
+async def test_real_rag_answers_with_passages_and_trace(engine, tmp_path):
+    settings = RagSettings(index_cache=str(tmp_path / "index"),
+                           pipelines={"standard_rag": {"k": 3, "max_tokens": 4, "num_demos": 0}})
+    rag = await build_rag(engine, settings, "tiny-encoder", PoolingParams())
+    result = await rag("Which river flows through the capital?", None)
+    assert isinstance(result["answer"], str) and len(result["passages"]) == 3
+    assert [event["kind"] for event in result["trace"]] == ["retrieve", "reason"]
+    with pytest.raises(RagInputError):
+        await rag("q", "ircot")

@@ -1,0 +1,90 @@
+"""Disconnects free their KV blocks, a full queue answers 429, shutdown drains in-flight work and refuses new work."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+
+from orthrus_rag.serving import ServerSettings
+
+LONG = {"prompt": "Count with me:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+
+
+def wait_for(condition, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_disconnect_mid_stream_aborts_and_frees_blocks(server):
+    engine = server.engine
+    decoded_before = engine.stats()["tokens"]["decode"]
+    with httpx.stream("POST", f"{server.api}/completions", json={**LONG, "stream": True}, timeout=60) as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))
+        assert wait_for(lambda: engine.stats()["kv_blocks_used"] > 0, 5)
+    # the connection is closed mid-generation: the request must be aborted, not run to its 400 tokens
+    assert wait_for(lambda: engine.stats()["kv_blocks_used"] == 0 and engine.stats()["running"] == 0)
+    time.sleep(0.2)
+    assert engine.stats()["tokens"]["decode"] - decoded_before < 350
+
+
+def test_full_waiting_queue_answers_429(serve_app, make_engine):
+    engine = make_engine(max_waiting=1, max_num_seqs=1)
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=f"{running.api}", timeout=60) as client:
+            body = {**LONG, "max_tokens": 40}
+            return await asyncio.gather(*(client.post("/completions", json=body) for _ in range(8)))
+
+    try:
+        with serve_app(engine, owns_engine=True) as running:
+            statuses = [r.status_code for r in asyncio.run(burst())]
+            refused = next(r for r in asyncio.run(burst()) if r.status_code == 429)
+            assert refused.json()["error"]["type"] == "rate_limit_error"
+            assert refused.json()["error"]["code"] == "queue_full"
+    finally:
+        engine.shutdown()
+    assert set(statuses) <= {200, 429} and 200 in statuses and 429 in statuses
+
+
+def test_draining_server_answers_503(serve_app, engine):
+    with serve_app(engine) as running:
+        assert httpx.get(f"{running.url}/health", timeout=10).status_code == 200
+        running.state.lifecycle.start_draining()
+        resp = httpx.post(f"{running.api}/embeddings", json={"input": "late"}, timeout=10)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "shutting_down"
+        assert httpx.get(f"{running.url}/health", timeout=10).status_code == 503
+
+
+def test_shutdown_finishes_in_flight_stream_then_stops_engine(serve_app, make_engine):
+    engine = make_engine()
+    chunks: list[str] = []
+    started = threading.Event()
+
+    def read_stream(url: str) -> None:
+        with httpx.stream("POST", url, json={**LONG, "max_tokens": 120, "stream": True}, timeout=60) as resp:
+            for line in resp.iter_lines():
+                if line:
+                    chunks.append(line)
+                    started.set()
+
+    try:
+        with serve_app(engine, ServerSettings(), owns_engine=True) as running:
+            reader = threading.Thread(target=read_stream, args=(f"{running.api}/completions",))
+            reader.start()
+            assert started.wait(20)
+            running.server.begin_shutdown()  # leaving the block waits for the server (and its lifespan) to end
+        reader.join(30)
+        assert chunks[-1] == "data: [DONE]"
+        assert '"finish_reason":"length"' in next(c for c in reversed(chunks) if "finish_reason" in c
+                                                  and '"finish_reason":null' not in c)
+        assert not engine._thread.is_alive()  # the app's lifespan shut its engine down after the drain
+    finally:
+        engine.shutdown()
