@@ -17,8 +17,8 @@ class DrainingServer(uvicorn.Server):
         self.lifecycle = app.state.server.lifecycle
 
     def handle_exit(self, sig: int, frame) -> None:  # noqa: ANN001 - signal handler signature
-        self.begin_shutdown()
-        super().handle_exit(sig, frame)
+        self.lifecycle.start_draining()
+        super().handle_exit(sig, frame)  # a first signal drains; a second one forces the exit
 
     def begin_shutdown(self) -> None:
         self.lifecycle.start_draining()

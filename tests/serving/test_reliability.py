@@ -88,3 +88,15 @@ def test_shutdown_finishes_in_flight_stream_then_stops_engine(serve_app, make_en
         assert not engine._thread.is_alive()  # the app's lifespan shut its engine down after the drain
     finally:
         engine.shutdown()
+
+
+def test_first_signal_drains_without_forcing_exit(engine):
+    import signal
+
+    from orthrus_rag.serving import create_app
+    from orthrus_rag.serving.server import make_server
+
+    app = create_app(engine, owns_engine=False)
+    server = make_server(app, ServerSettings())
+    server.handle_exit(signal.SIGINT, None)
+    assert app.state.server.lifecycle.draining and server.should_exit and not server.force_exit
