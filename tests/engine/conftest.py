@@ -70,8 +70,7 @@ def make_engine(tiny_llama_dir):
 
 def hf_greedy(model, ids: list[int], max_new_tokens: int) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False,
-                             min_new_tokens=max_new_tokens, pad_token_id=0)
+        out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
     return out[0, len(ids):].tolist()
 
 

@@ -1,0 +1,90 @@
+"""Bad requests, aborts, errors and queue limits: clear errors, neighbours unaffected, nothing leaked."""
+import pytest
+
+from orthrus_rag.engine import InvalidRequestError, PoolingParams, QueueFullError, SamplingParams
+from tests.engine.conftest import run_all
+
+BAD = [
+    ("", SamplingParams(), "empty"),
+    ("   ", PoolingParams(model="backbone"), "empty"),
+    ([], SamplingParams(), "non-empty"),
+    ([10**9], SamplingParams(), "token ids"),
+    ("hi", SamplingParams(max_tokens=0), "max_tokens"),
+    ("hi", SamplingParams(temperature=-1.0), "temperature"),
+    ("hi", SamplingParams(top_p=0.0), "top_p"),
+    ("hi", SamplingParams(top_k=-2), "top_k"),
+    ("hi", SamplingParams(stop=[""]), "stop"),
+    ("hi", PoolingParams(pooling="max", model="backbone"), "pooling"),
+    ("hi", PoolingParams(model="other"), "model"),
+    ("word " * 600, SamplingParams(), "context length"),
+    ("hi", SamplingParams(max_tokens=1000), "context length"),
+]
+
+
+@pytest.mark.parametrize("prompt,params,message", BAD)
+def test_bad_request_is_refused_and_neighbours_finish(make_engine, prompt, params, message):
+    engine = make_engine()
+    engine.add_request("before", "Hello there", SamplingParams(max_tokens=3))
+    with pytest.raises(InvalidRequestError, match=message):
+        engine.add_request("bad", prompt, params)
+    engine.add_request("after", "General Kenobi", PoolingParams(model="backbone"))
+    results = run_all(engine)
+    assert set(results) == {"before", "after"}
+    assert results["before"].usage.completion_tokens == 3
+
+
+def test_duplicate_request_id(make_engine):
+    engine = make_engine()
+    engine.add_request("a", "one", SamplingParams(max_tokens=2))
+    with pytest.raises(InvalidRequestError, match="already in use"):
+        engine.add_request("a", "two", SamplingParams(max_tokens=2))
+    run_all(engine)
+
+
+def test_request_larger_than_kv_pool(make_engine):
+    engine = make_engine(num_kv_blocks=4)
+    with pytest.raises(InvalidRequestError, match="num_kv_blocks"):
+        engine.add_request("a", "a prompt that needs many blocks", SamplingParams(max_tokens=64))
+
+
+def test_queue_full_refuses_without_losing_anything(make_engine):
+    engine = make_engine(max_waiting=3)
+    for i in range(3):
+        engine.add_request(f"r{i}", "queued", SamplingParams(max_tokens=2))
+    with pytest.raises(QueueFullError, match="max_waiting"):
+        engine.add_request("r3", "one too many", SamplingParams(max_tokens=2))
+    assert set(run_all(engine)) == {"r0", "r1", "r2"}
+
+
+def test_abort_frees_blocks_and_pooling_state(make_engine, tokenizer):
+    engine = make_engine(max_num_batched_tokens=8)
+    engine.add_request("g", "Once upon a time in a land far away", SamplingParams(max_tokens=50, ignore_eos=True))
+    engine.add_request("e", tokenizer.encode("a long input " * 10), PoolingParams(model="backbone"))
+    engine.add_request("w", "still waiting", SamplingParams(max_tokens=2))
+    for _ in range(3):
+        engine.step()
+    seq_e = engine.requests["e"]
+    assert seq_e.pool_state is not None and seq_e.block_table
+    assert engine.abort("g") and engine.abort("e") and engine.abort("w")
+    assert not engine.abort("e")  # already gone
+    assert seq_e.pool_state is None and not seq_e.block_table
+    assert engine.blocks.num_free == engine.blocks.num_blocks
+
+
+def test_failing_forward_fails_that_step_only(make_engine, monkeypatch):
+    engine = make_engine()
+    engine.add_request("a", "first", SamplingParams(max_tokens=2))
+    real = engine.runner.execute
+    calls = {"n": 0}
+
+    def flaky(chunks, blocks):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("simulated device error")
+        return real(chunks, blocks)
+
+    monkeypatch.setattr(engine.runner, "execute", flaky)
+    results = run_all(engine)
+    assert isinstance(results["a"], RuntimeError)
+    engine.add_request("b", "second", SamplingParams(max_tokens=2))
+    assert run_all(engine)["b"].usage.completion_tokens == 2
