@@ -4,7 +4,7 @@ Starts the server on a free loopback port (the shipped models unless told otherw
 once, and prints requests/s and latency percentiles per endpoint. Exits non-zero when any request failed.
 
     python eval/load_test_server.py --requests 500 --max-tokens 16
-    python eval/load_test_server.py --model /models/Qwen3-0.6B --embedder all-minilm-l6-v2 --override runtime.dtype=float32
+    python eval/load_test_server.py --model /models/Qwen3-0.6B --override runtime.dtype=float32
     python eval/load_test_server.py --url http://127.0.0.1:8000   # an already running server
 """
 from __future__ import annotations

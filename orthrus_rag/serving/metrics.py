@@ -30,7 +30,8 @@ class EngineCollector:
         yield tokens
         yield GaugeMetricFamily("orthrus_running_requests", "Requests admitted and running", stats.get("running", 0))
         yield GaugeMetricFamily("orthrus_kv_blocks_used", "KV cache blocks in use", stats.get("kv_blocks_used", 0))
-        yield GaugeMetricFamily("orthrus_kv_blocks_total", "KV cache blocks in the pool", stats.get("kv_blocks_total", 0))
+        yield GaugeMetricFamily("orthrus_kv_blocks_total", "KV cache blocks in the pool",
+                                stats.get("kv_blocks_total", 0))
         yield CounterMetricFamily("orthrus_engine_steps", "Engine steps run", stats.get("steps", 0))
 
 

@@ -1,6 +1,7 @@
 """Running the app under uvicorn: on SIGINT/SIGTERM new requests get 503 while in-flight ones finish."""
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import uvicorn
@@ -34,4 +35,5 @@ def make_server(app: FastAPI, settings: ServerSettings) -> DrainingServer:
 
 def serve(app: FastAPI, settings: ServerSettings, sock: socket.socket | None = None) -> None:
     """Serve until interrupted (blocking); `sock` serves on an already bound socket instead of host:port."""
-    make_server(app, settings).run(sockets=[sock] if sock else None)
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it drained on; the exit is clean
+        make_server(app, settings).run(sockets=[sock] if sock else None)
