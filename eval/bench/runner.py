@@ -1,0 +1,192 @@
+"""Run the modes side by side on the same requests and collect bench.json.
+
+Closed loop: `clients` concurrent clients share one request list; a free client takes the next request, sends it
+and waits for its answer. Throughput is finished requests over the wall time from the first send to the last
+answer; latency is per request, as the client saw it. Each mode loads its own models, serves a few warm-up
+requests (another seed, not timed), then runs every phase of the workload in sequence, draining between phases.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+from tqdm import tqdm
+
+from eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
+from eval.bench.metrics import Record, counter_delta, ratios, summarize
+from eval.bench.workload import Request, make_requests
+from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+
+MODES = ("hetero", "isolated", "alternating", "hf")
+
+
+@dataclass
+class Phase:
+    name: str
+    embed_share: float
+
+
+@dataclass
+class Workload:
+    name: str = "mixed"
+    clients: int = 8
+    requests: int = 96  # per phase and mode
+    phases: list[Phase] = field(default_factory=lambda: [Phase("mixed", 0.5)])
+    gen_prompt_tokens: int = 128
+    embed_tokens: int = 64
+    max_tokens: int = 32
+    warmup_requests: int = 8
+    seed: int = 0
+
+
+def num_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def make_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
+    threads = config.num_threads or num_cores()
+    if mode == "hetero":
+        return EngineBackend(replace(config, num_threads=threads), sampling, pooling)
+    if mode == "alternating":
+        return EngineBackend(replace(config, num_threads=threads, policy="alternating"), sampling, pooling)
+    if mode == "isolated":
+        return IsolatedBackend(config, sampling, pooling, threads=max(1, threads // 2))
+    if mode == "hf":
+        return HFBackend(replace(config, num_threads=threads), sampling, pooling)
+    raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+
+
+async def closed_loop(backend, requests: list[Request], clients: int, desc: str) -> tuple[list[Record], float]:
+    pending = iter(requests)
+    records: list[Record] = []
+    bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False)
+
+    async def client() -> None:
+        for request in pending:  # a shared iterator: each free client takes the next request
+            sent = time.perf_counter()
+            await (backend.embed(request.text) if request.kind == "embed" else backend.generate(request.text))
+            records.append(Record(request.kind, sent, time.perf_counter()))
+            bar.update()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    wall = time.perf_counter() - start
+    bar.close()
+    return records, wall
+
+
+@dataclass
+class PhaseRun:
+    records: list[Record]
+    wall_s: float
+    engine: dict  # engine counters over this phase
+
+
+async def run_mode(mode: str, backend, phases: dict[str, list[Request]], warmup: list[Request],
+                   clients: int) -> dict[str, PhaseRun]:
+    if warmup:
+        await closed_loop(backend, warmup, clients, f"{mode} warm-up")
+    runs = {}
+    for name, requests in phases.items():
+        before = await backend.stats()
+        records, wall = await closed_loop(backend, requests, clients, f"{mode} {name}")
+        runs[name] = PhaseRun(records, wall, engine_delta(await backend.stats(), before))
+    return runs
+
+
+def engine_delta(after: dict, before: dict) -> dict:
+    if after and all(isinstance(v, dict) and "steps" in v for v in after.values()):  # isolated: one per process
+        return {kind: counter_delta(after[kind], before[kind]) for kind in after}
+    return counter_delta(after, before)
+
+
+def run_bench(config: EngineConfig, pooling: PoolingParams, workload: Workload,
+              modes: list[str] | tuple[str, ...] = MODES) -> dict:
+    """Every mode on the same requests; returns the bench.json dictionary."""
+    sampling = SamplingParams(max_tokens=workload.max_tokens, ignore_eos=True)
+    phases = {phase.name: make_requests(workload.requests, phase.embed_share, workload.seed + i,
+                                        workload.gen_prompt_tokens, workload.embed_tokens)
+              for i, phase in enumerate(workload.phases)}
+    warmup = make_requests(workload.warmup_requests, 0.5, workload.seed + 1000, workload.gen_prompt_tokens,
+                           workload.embed_tokens)
+    per_mode: dict[str, dict[str, PhaseRun]] = {}
+    for mode in modes:
+        backend = make_backend(mode, config, sampling, pooling)
+        try:
+            per_mode[mode] = asyncio.run(run_mode(mode, backend, phases, warmup, workload.clients))
+        finally:
+            backend.close()
+            del backend
+            gc.collect()
+    return assemble(per_mode, workload, config, pooling, sampling, list(modes))
+
+
+def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, config: EngineConfig,
+             pooling: PoolingParams, sampling: SamplingParams, modes: list[str]) -> dict:
+    """bench.json. The top-level `modes` and `ratios` cover the whole run; with several phases (workload
+    `phases`), `phases[name]` also holds each phase's `embed_share`, `modes` and `ratios`, and the top level then
+    counts all phases together (requests over the summed wall time, percentiles over all requests)."""
+    bench: dict = {"workload": workload.name}
+    overall = {}
+    for mode, runs in per_mode.items():
+        records = [r for run in runs.values() for r in run.records]
+        engine = next(iter(runs.values())).engine if len(runs) == 1 else {n: run.engine for n, run in runs.items()}
+        overall[mode] = summarize(mode, records, sum(run.wall_s for run in runs.values()), engine)
+    if len(workload.phases) > 1:
+        bench["phases"] = {}
+        for phase in workload.phases:
+            results = {m: summarize(m, runs[phase.name].records, runs[phase.name].wall_s, runs[phase.name].engine)
+                       for m, runs in per_mode.items()}
+            bench["phases"][phase.name] = {"embed_share": phase.embed_share,
+                                           "modes": {m: r.to_dict() for m, r in results.items()},
+                                           "ratios": ratios(results)}
+    bench["modes"] = {mode: result.to_dict() for mode, result in overall.items()}
+    bench["ratios"] = ratios(overall)
+    threads = config.num_threads or num_cores()
+    bench["config"] = {"modes": modes, "workload": asdict(workload), "engine": asdict(config),
+                       "pooling": asdict(pooling), "sampling": asdict(sampling),
+                       "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}}
+    bench["machine"] = machine_info()
+    return bench
+
+
+def machine_info() -> dict:
+    return {"cores": num_cores(), "cpu_model": cpu_model(), "torch": torch.__version__,
+            "python": platform.python_version(), "cuda": torch.cuda.is_available()}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def format_table(bench: dict) -> str:
+    """The printed summary: one table for the whole run, then one per phase when there are several."""
+    sections = [("all" if "phases" in bench else bench["workload"], bench)]
+    sections += [(f"phase {name} (embed share {p['embed_share']})", p) for name, p in bench.get("phases", {}).items()]
+    lines = []
+    for title, section in sections:
+        lines.append(f"== {bench['workload']}: {title}")
+        lines.append(f"{'mode':<12}{'rps':>7}{'embed/s':>9}{'gen/s':>8}{'p50 emb':>9}{'p99 emb':>9}"
+                     f"{'p50 gen':>9}{'p99 gen':>9}{'n':>6}{'wall s':>8}")
+        for mode, r in section["modes"].items():
+            lines.append(f"{mode:<12}{r['rps']:>7.2f}{r['embed_rps']:>9.2f}{r['gen_rps']:>8.2f}"
+                         f"{_s(r['p50_s']['embed'])}{_s(r['p99_s']['embed'])}"
+                         f"{_s(r['p50_s']['generate'])}{_s(r['p99_s']['generate'])}{r['requests']:>6}{r['wall_s']:>8.1f}")
+        lines.append("  ".join(f"{k} {v:.2f}x" for k, v in section["ratios"].items() if v is not None))
+    return "\n".join(lines)
+
+
+def _s(x: float | None) -> str:
+    return f"{x:>9.3f}" if x is not None else f"{'-':>9}"
