@@ -2,8 +2,9 @@
 
 transformers runs its own model code (projections, RoPE, MLP, norms) over one flat row of packed tokens; for each
 attention layer it calls `paged_attention` with the step's `AttentionMetadata` (passed as the keyword argument
-`orthrus_meta`). The function writes the new K/V into the cache, then attends segment by segment (one segment per
-sequence): a chunk with earlier context reads its keys back from the cache, a chunk without context uses its own.
+`orthrus_meta`). The function writes the new K/V into the cache, then attends: all single-token decode rows together
+in one padded call (keys gathered from the cache, padding masked), then every other chunk on its own (a chunk with
+earlier context reads its keys back from the cache, a chunk without context uses its own).
 """
 from __future__ import annotations
 
@@ -53,11 +54,33 @@ class Segment:
 
 
 @dataclass
+class DecodeGroup:
+    """Single-token rows with cached context, attended in one call over keys padded to the longest context."""
+
+    rows: torch.Tensor  # (D,) rows of the packed batch
+    slots: torch.Tensor  # (D * L,) cache slots, padded with slot 0
+    lengths: torch.Tensor  # (D,) keys per row, the row's own token included
+    _masks: dict = field(default_factory=dict)
+
+    def mask(self, window: int | None) -> torch.Tensor:
+        """(D, 1, 1, L) boolean, True = attend."""
+        if window not in self._masks:
+            width = self.slots.numel() // self.rows.numel()
+            k_pos = torch.arange(width, device=self.slots.device)[None, :]
+            allowed = k_pos < self.lengths[:, None]
+            if window is not None:
+                allowed &= (self.lengths[:, None] - 1 - k_pos) < window
+            self._masks[window] = allowed[:, None, None, :]
+        return self._masks[window]
+
+
+@dataclass
 class AttentionMetadata:
     cache: PagedKVCache | None
-    segments: list[Segment]
+    segments: list[Segment]  # every chunk not in the decode group
     write_rows: torch.Tensor  # rows of the packed batch whose K/V are stored
     write_slots: torch.Tensor  # and where
+    decodes: DecodeGroup | None = None
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
@@ -72,6 +95,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                          v.index_select(0, meta.write_rows))
     causal = getattr(module, "is_causal", True)
     out = query.new_empty(q.shape[1], q.shape[0], q.shape[2])
+    if meta.decodes is not None:
+        _attend_decodes(meta, layer, q, out, scaling, sliding_window)
     for seg in meta.segments:
         if seg.kv_slots is None:
             ks, vs = k[seg.start:seg.end].transpose(0, 1), v[seg.start:seg.end].transpose(0, 1)
@@ -83,6 +108,18 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                                            scale=scaling, enable_gqa=ks.shape[0] != q.shape[0])
         out[seg.start:seg.end] = o.transpose(0, 1)
     return out[None], None
+
+
+def _attend_decodes(meta: AttentionMetadata, layer: int, q: torch.Tensor, out: torch.Tensor, scaling,
+                    window: int | None) -> None:
+    group = meta.decodes
+    d, kv_heads = group.rows.numel(), meta.cache.k[layer].shape[1]
+    k = meta.cache.k[layer].index_select(0, group.slots).view(d, -1, kv_heads, q.shape[2]).transpose(1, 2)
+    v = meta.cache.v[layer].index_select(0, group.slots).view(d, -1, kv_heads, q.shape[2]).transpose(1, 2)
+    qd = q.index_select(1, group.rows).transpose(0, 1)[:, :, None, :]  # (D, heads, 1, d)
+    o = F.scaled_dot_product_attention(qd, k, v, attn_mask=group.mask(window), scale=scaling,
+                                       enable_gqa=kv_heads != q.shape[0])
+    out.index_copy_(0, group.rows, o[:, :, 0, :])
 
 
 def _no_mask(*args, **kwargs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from orthrus_rag.engine import attention
-from orthrus_rag.engine.attention import AttentionMetadata, Segment
+from orthrus_rag.engine.attention import AttentionMetadata, DecodeGroup, Segment
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk
 from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.config import EngineConfig
@@ -35,7 +35,7 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk], blocks: BlockManager) -> ModelOutput:
         ids, positions, segments, write_rows, write_slots = [], [], [], [], []
-        logit_rows, logit_ids, pooled, embed_start = [], [], [], None
+        logit_rows, logit_ids, pooled, embed_start, decodes = [], [], [], None, []
         for chunk in chunks:
             seq, n, start, ctx = chunk.seq, chunk.num_tokens, len(ids), chunk.seq.num_computed
             if seq.kind == "embed" and embed_start is None:
@@ -46,14 +46,17 @@ class ModelRunner:
             if slots is not None:
                 write_rows.extend(range(start, start + n))
                 write_slots.append(slots[ctx:])
-            segments.append(Segment(start, start + n, ctx, slots if slots is not None and ctx else None))
+            if n == 1 and ctx and slots is not None:
+                decodes.append((start, slots))
+            else:
+                segments.append(Segment(start, start + n, ctx, slots if slots is not None and ctx else None))
             if seq.kind == "embed":
                 pooled.append((seq.request_id, start, start + n))
             elif chunk.completes:
                 logit_rows.append(start + n - 1)
                 logit_ids.append(seq.request_id)
         meta = AttentionMetadata(self.cache, segments, self._long(write_rows),
-                                 torch.cat(write_slots) if write_slots else self._long([]))
+                                 torch.cat(write_slots) if write_slots else self._long([]), self._group(decodes))
         if self.adapter is not None:
             self.adapter.start = embed_start
         out = self.model(input_ids=self._long(ids)[None], position_ids=self._long(positions)[None], use_cache=False,
@@ -66,6 +69,17 @@ class ModelRunner:
             hidden = out.hidden_states[-1][0]
             result.hidden = {rid: hidden[s:e] for rid, s, e in pooled}
         return result
+
+    def _group(self, decodes: list[tuple[int, torch.Tensor]]) -> DecodeGroup | None:
+        """Decode rows padded to the longest context (padding reads slot 0 and is masked out)."""
+        if not decodes:
+            return None
+        width = max(slots.numel() for _, slots in decodes)
+        padded = torch.zeros(len(decodes), width, dtype=torch.long, device=self.device)
+        for i, (_, slots) in enumerate(decodes):
+            padded[i, :slots.numel()] = slots
+        lengths = self._long([slots.numel() for _, slots in decodes])
+        return DecodeGroup(self._long([row for row, _ in decodes]), padded.flatten(), lengths)
 
     def _slots(self, seq, length: int) -> torch.Tensor:
         """Flat cache slots of positions 0 .. length-1 of `seq`."""
