@@ -31,6 +31,7 @@ class EngineConfig:
     policy: str = "adaptive"
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
     step_time_target_s: float = 0.2  # for `adaptive`: a step should not take longer than this
+    embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
     embedder_token_cost: float | None = None  # co-located embedder's cost per token vs generator (None = measure)
 
     def validate(self) -> None:
@@ -39,5 +40,7 @@ class EngineConfig:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
             if int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
+        if not 0 <= self.embed_min_share <= 1:
+            raise InvalidRequestError("runtime.embed_min_share must be in [0, 1]", "embed_min_share")
         if self.step_time_target_s <= 0:
             raise InvalidRequestError("runtime.step_time_target_s must be > 0", "step_time_target_s")

@@ -13,11 +13,14 @@ queue the next new request comes from (`choose`) and how many more new-work toke
 
       cap      = max(min_new, (T - a - c_g * U) / c_g)        new-work tokens this step (generator units)
       P_e      = waiting embed tokens (embedder tokens weighted by c_e / c_g),  P_g = waiting prompt tokens
-      quota_e  = cap * P_e / (P_e + P_g),  quota_g = cap - quota_e
+      share_e  = max(P_e / (P_e + P_g), s_min)  if P_e > 0 else 0
+      quota_e  = cap * share_e,  quota_g = cap - quota_e
 
   Embedding requests ride along while their quota lasts; left-over room goes to whichever queue still waits (work
-  conserving). So decode latency stays near T however deep the queues, and both queues drain at the same relative
-  rate: a burst of embeddings cannot starve prompts and the reverse.
+  conserving). So decode latency stays near T however deep the queues, and the queues drain in proportion to
+  their backlog, so a burst of one kind cannot starve the other. Embeddings are short, finish in one step and sit on
+  the critical path of iterative pipelines (the next generation waits for the retrieval), so while any wait they
+  get at least s_min = `embed_min_share` of the room.
 """
 from __future__ import annotations
 
@@ -116,8 +119,10 @@ class AlternatingPolicy(Policy):
 class AdaptivePolicy(Policy):
     name = "adaptive"
 
-    def __init__(self, step_time_target_s: float, min_new_tokens: int, embedder_token_cost: float | None):
+    def __init__(self, step_time_target_s: float, min_new_tokens: int, embedder_token_cost: float | None,
+                 embed_min_share: float = 0.5):
         self.target = step_time_target_s
+        self.min_share = embed_min_share
         self.min_new = min_new_tokens
         self.fixed_ratio = embedder_token_cost
         self.gen_cost = LinearCost()  # generator step seconds against tokens
@@ -139,7 +144,7 @@ class AdaptivePolicy(Policy):
             c_g = self.gen_cost.slope
             self.cap = max(self.min_new, (self.target - self.gen_cost.intercept - c_g * view.placed_tokens) / c_g)
         pe, pg = view.pending_tokens["embed"], view.pending_tokens["generate"]
-        share = pe / (pe + pg) if pe + pg else 0.5
+        share = max(pe / (pe + pg), self.min_share) if pe else 0.0
         self.quota = {"embed": self.cap * share, "generate": self.cap * (1 - share)}
 
     def choose(self, view: QueueView) -> Kind | None:
@@ -201,4 +206,5 @@ def make_policy(config: EngineConfig) -> Policy:
         return WeightedPolicy(config.weights)
     if config.policy == "alternating":
         return AlternatingPolicy()
-    return AdaptivePolicy(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost)
+    return AdaptivePolicy(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost,
+                          config.embed_min_share)

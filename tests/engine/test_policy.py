@@ -53,7 +53,7 @@ def test_adaptive_cap_and_shares_follow_the_formula():
     policy.plan(v)
     cap = (0.1 - 0.01 - 0.0005 * 40) / 0.0005  # = 140 new tokens
     assert math.isclose(policy.cap, cap, rel_tol=1e-6)
-    assert math.isclose(policy.quota["embed"], cap * 0.25, rel_tol=1e-6)
+    assert math.isclose(policy.quota["embed"], cap * 0.5, rel_tol=1e-6)  # backlog share 0.25, floor 0.5
     assert policy.choose(v) == "embed"
     v.new_tokens["embed"] = policy.quota["embed"]
     assert policy.choose(v) == "generate"
@@ -68,3 +68,12 @@ def test_adaptive_keeps_a_floor_when_decodes_fill_the_target():
     v = view(gen_head=0, pending_gen=100.0, placed=500)
     policy.plan(v)
     assert policy.cap == 16 and policy.embed_ratio == 2.0
+
+
+def test_adaptive_embed_share_follows_backlog_above_the_floor():
+    policy = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16, embedder_token_cost=None, embed_min_share=0.5)
+    policy.cap = 100.0
+    policy.plan(view(gen_head=0, emb_head=1, pending_gen=100.0, pending_emb=300.0))
+    assert policy.quota == {"embed": 75.0, "generate": 25.0}
+    policy.plan(view(gen_head=0, pending_gen=100.0))
+    assert policy.quota == {"embed": 0.0, "generate": 100.0}
