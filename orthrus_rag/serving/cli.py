@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams
+from orthrus_rag.cli.common import CONF_DIR, check_conf_dir, embedder_name, engine_config, pooling_params
+from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("orthrus_rag.serving")
-
-
-def engine_config(cfg: DictConfig) -> EngineConfig:
-    """The `model`, `embedder` and `runtime` groups as an EngineConfig (runtime keys map one to one)."""
-    runtime = OmegaConf.to_container(cfg.runtime, resolve=True)
-    return EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
 
 
 def server_settings(cfg: DictConfig) -> ServerSettings:
@@ -39,10 +32,7 @@ def build_rag(engine: AsyncEngine, cfg: DictConfig, settings: ServerSettings):
         return None
     from orthrus_rag.serving.rag_service import build_rag as build  # imports faiss and the pipelines
 
-    e = settings.embedding
-    pooling = PoolingParams(e.pooling, e.normalize, e.model if cfg.embedder.name else "backbone")
-    embedder_name = cfg.embedder.name or f"{cfg.model.name}:backbone"
-    return asyncio.run(build(engine, settings.rag, embedder_name, pooling))
+    return asyncio.run(build(engine, settings.rag, embedder_name(cfg), pooling_params(cfg)))
 
 
 def run(cfg: DictConfig) -> None:
@@ -62,9 +52,7 @@ def run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    if not (CONF_DIR / "serve.yaml").is_file():
-        raise SystemExit(f"config folder {CONF_DIR} with serve.yaml not found: install orthrus-rag from its "
-                         "repository (pip install -e .)")
+    check_conf_dir("serve")
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="serve")(run)()
 
 
