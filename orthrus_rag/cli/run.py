@@ -1,0 +1,183 @@
+"""`orthrus-rag`: one pipeline over a question set, scored, with results.json and predictions.jsonl in the run dir.
+
+    orthrus-rag                                              # IRCoT on the embedded demo set
+    orthrus-rag pipeline=standard_rag pipeline.k=10
+    orthrus-rag dataset=2wiki dataset.split=test dataset.limit=200
+    orthrus-rag -m pipeline=no_retrieval,standard_rag,ircot,iter_retgen
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from orthrus_rag.cli.common import (CONF_DIR, UserError, check_conf_dir, guarded, index_folder, load_index,
+                                    pooling_params, read_corpus, start_engine)
+from orthrus_rag.demo import demo_corpus_path, demo_questions_path
+
+APP = "orthrus-rag"
+TRACE_CHARS = 160
+
+
+@dataclass
+class DatasetSpec:
+    """The `dataset` group with paths made absolute (relative paths are from where the command was run)."""
+
+    name: str
+    path: Path
+    corpus: Path
+    split: str
+    limit: int | None
+
+    @classmethod
+    def from_config(cls, dataset: DictConfig) -> DatasetSpec:
+        path = Path(to_absolute_path(dataset.path)) if dataset.path else demo_questions_path()
+        corpus = Path(to_absolute_path(dataset.corpus)) if dataset.corpus else demo_corpus_path()
+        return cls(dataset.name, path, corpus, dataset.split, dataset.limit)
+
+
+@dataclass
+class RunOutput:
+    questions: list  # list[eval.datasets.Question]
+    answers: list  # list[Answer], in question order
+    wall_s: float
+    engine_stats: dict[str, Any]
+
+
+# ---- inputs -------------------------------------------------------------------------------------------------
+def read_questions(spec: DatasetSpec) -> list:
+    from eval.datasets import DatasetError, load_questions
+
+    try:
+        questions = load_questions(spec.path, spec.split, spec.limit)
+    except (FileNotFoundError, DatasetError) as error:
+        raise UserError(f"dataset {spec.name!r}: {error}. Set dataset.path=<questions file> and "
+                        "dataset.corpus=<corpus file> (for dataset=2wiki, or ORTHRUS_RAG_DATA=<folder>)") from error
+    if not questions:
+        raise UserError(f"dataset {spec.name!r} has no questions in split {spec.split!r} of {spec.path} "
+                        f"(limit {spec.limit}): choose another dataset.split or dataset.limit")
+    return questions
+
+
+def make_pipeline(cfg: DictConfig, retriever: Any, reasoner: Any) -> Any:
+    """The pipeline named by `pipeline.name`, with the group's other keys as its settings."""
+    from pipelines import build_pipeline
+
+    settings = OmegaConf.to_container(cfg.pipeline, resolve=True)
+    name = settings.pop("name", None)
+    try:
+        return build_pipeline(name, retriever, reasoner, **settings)
+    except (KeyError, TypeError, ValueError) as error:
+        raise UserError(f"pipeline: {error.args[0] if error.args else error}") from error
+
+
+# ---- the run ------------------------------------------------------------------------------------------------
+async def answer_all(cfg: DictConfig, engine: Any, spec: DatasetSpec, passages: list, questions: list) -> RunOutput:
+    from orthrus_rag.rag import DenseRetriever, EngineReasoner
+
+    index = await load_index(engine, cfg, index_folder(cfg, spec.corpus, passages), passages)
+    pipeline = make_pipeline(cfg, DenseRetriever(engine, index, pooling_params(cfg)), EngineReasoner(engine))
+    start = time.perf_counter()
+    answers = await pipeline.run([q.question for q in questions], concurrency=cfg.concurrency)
+    return RunOutput(questions, answers, time.perf_counter() - start, engine.stats())
+
+
+def execute(cfg: DictConfig) -> RunOutput:
+    """Load everything the config names, check it, then answer every question with one engine."""
+    spec = DatasetSpec.from_config(cfg.dataset)
+    questions = read_questions(spec)
+    passages = read_corpus(spec.corpus)
+    make_pipeline(cfg, None, None)  # settings errors show before the models load
+    engine = start_engine(cfg)
+    try:
+        return asyncio.run(answer_all(cfg, engine, spec, passages, questions))
+    finally:
+        engine.shutdown()
+
+
+# ---- scoring and outputs ------------------------------------------------------------------------------------
+def latency_summary(latencies: list[float]) -> dict[str, float]:
+    values = np.asarray(latencies, dtype=float)
+    percentiles = {f"p{p}_s": float(np.percentile(values, p)) for p in (50, 90, 99)}
+    return {"mean_s": float(values.mean()), **percentiles}
+
+
+def trace_summary(answer: Any) -> list[dict[str, Any]]:
+    """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
+    return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
+             "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
+             "completion_tokens": e.completion_tokens} for e in answer.trace]
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= TRACE_CHARS else text[:TRACE_CHARS] + "..."
+
+
+def prediction_row(question: Any, answer: Any, scores: Any) -> dict[str, Any]:
+    return {"id": question.id, "question": question.question, "answer": question.answer,
+            "aliases": question.aliases, "prediction": answer.prediction,
+            "passages": [p.title or p.id for p in answer.passages], "gold_titles": question.gold_titles,
+            "scores": asdict(scores), "latency_s": answer.latency_s, "queue_s": answer.queue_s,
+            "calls": answer.num_calls, "trace": trace_summary(answer)}
+
+
+def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list[dict]]:
+    from eval.metrics import aggregate, score_answer
+
+    questions = run.questions
+    scores = [score_answer(a.prediction, q.answers, q.gold_titles, a.passages)
+              for q, a in zip(questions, run.answers)]
+    results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
+               "n": len(questions), "metrics": aggregate(scores),
+               "latency": latency_summary([a.latency_s for a in run.answers]),
+               "qps": len(questions) / run.wall_s if run.wall_s > 0 else 0.0, "wall_s": run.wall_s,
+               "engine": run.engine_stats, "config": OmegaConf.to_container(cfg, resolve=True)}
+    rows = [prediction_row(q, a, s) for q, a, s in zip(questions, run.answers, scores)]
+    return results, rows
+
+
+def write_outputs(out_dir: Path, results: dict[str, Any], rows: list[dict]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    with (out_dir / "predictions.jsonl").open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return out_dir / "results.json"
+
+
+def format_table(results: dict[str, Any]) -> str:
+    m, lat = results["metrics"], results["latency"]
+    head = ["pipeline", "dataset", "split", "n", "EM", "F1", "Acc", "recall", "all-gold", "p50 s", "p99 s", "q/s"]
+    row = [results["pipeline"], results["dataset"], results["split"], str(results["n"]),
+           *(f"{m[k]:.3f}" for k in ("em", "f1", "acc", "recall", "all_gold")),
+           f"{lat['p50_s']:.2f}", f"{lat['p99_s']:.2f}", f"{results['qps']:.3f}"]
+    widths = [max(len(a), len(b)) for a, b in zip(head, row)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) for line in (head, row))
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    results, rows = build_outputs(cfg, execute(cfg))
+    path = write_outputs(Path(HydraConfig.get().runtime.output_dir), results, rows)
+    print(format_table(results))
+    print(f"results: {path}\npredictions: {path.with_name('predictions.jsonl')}")
+    sys.stdout.flush()
+    return results
+
+
+def main() -> None:
+    check_conf_dir("config")
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(guarded(APP, run))()
+
+
+if __name__ == "__main__":
+    main()
