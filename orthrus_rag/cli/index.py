@@ -1,0 +1,80 @@
+"""`orthrus-rag-index`: build (or find cached) the FAISS index of a corpus, embedded through the engine.
+
+    orthrus-rag-index                                         # the embedded demo corpus
+    orthrus-rag-index corpus=../shared/data/2wiki/corpus.jsonl
+    orthrus-rag-index corpus=my.jsonl index=hnsw index.folder=indexes/my-hnsw embedder=backbone
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig
+
+from indexes.manifest import MANIFEST_FILE
+from orthrus_rag.cli.common import (CONF_DIR, check_conf_dir, guarded, index_folder, load_index, read_corpus,
+                                    start_engine)
+from orthrus_rag.demo import demo_corpus_path
+
+APP = "orthrus-rag-index"
+
+
+@dataclass
+class IndexReport:
+    folder: Path
+    num_passages: int
+    dimension: int
+    factory: str
+    size_bytes: int
+    seconds: float
+    built: bool  # False: a matching cached index was loaded
+
+    def lines(self) -> str:
+        what = "built" if self.built else "found cached"
+        return (f"index {what} in {self.seconds:.1f} s: {self.folder}\n"
+                f"  {self.num_passages} passages, dimension {self.dimension}, factory {self.factory}, "
+                f"{self.size_bytes / 2**20:.1f} MiB on disk")
+
+
+def _mtime(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.is_file() else None
+
+
+def folder_size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def build(cfg: DictConfig) -> IndexReport:
+    corpus = Path(to_absolute_path(cfg.corpus)) if cfg.corpus else demo_corpus_path()
+    passages = read_corpus(corpus)
+    folder = index_folder(cfg, corpus, passages)
+    before = _mtime(folder / MANIFEST_FILE)
+    engine = start_engine(cfg)
+    try:
+        start = time.perf_counter()
+        index = asyncio.run(load_index(engine, cfg, folder, passages))
+        seconds = time.perf_counter() - start
+    finally:
+        engine.shutdown()
+    m = index.manifest
+    return IndexReport(folder, m.num_passages, m.dimension, m.factory, folder_size(folder), seconds,
+                       built=_mtime(folder / MANIFEST_FILE) != before)
+
+
+def run(cfg: DictConfig) -> IndexReport:
+    report = build(cfg)
+    print(report.lines())
+    return report
+
+
+def main() -> None:
+    check_conf_dir("index")
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="index")(guarded(APP, run))()
+
+
+if __name__ == "__main__":
+    main()
