@@ -42,7 +42,14 @@ class EngineBackend:
         await self.engine.generate(text, replace(self.sampling))
 
     async def stats(self) -> dict:
-        return self.engine.stats()
+        """Counters once the engine is idle: `AsyncEngine.stats()` is refreshed after a step's results are
+        delivered, so right after the last answer it can still miss that step."""
+        for _ in range(500):
+            stats = self.engine.stats()
+            if not stats["running"] and not any(stats["waiting"].values()):
+                break
+            await asyncio.sleep(0.01)
+        return stats
 
     def close(self) -> None:
         self.engine.shutdown()
@@ -209,7 +216,8 @@ class HFBackend:
     @torch.inference_mode()
     def _embed(self, texts: list[str]) -> None:
         if self.encoder is not None:
-            self.encoder.encode(texts, batch_size=len(texts), normalize_embeddings=self.pooling.normalize)
+            self.encoder.encode(texts, batch_size=len(texts), normalize_embeddings=self.pooling.normalize,
+                                show_progress_bar=False)
             return
         batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
         hidden = self.model.base_model(**batch).last_hidden_state

@@ -183,7 +183,8 @@ def format_table(bench: dict) -> str:
         for mode, r in section["modes"].items():
             lines.append(f"{mode:<12}{r['rps']:>7.2f}{r['embed_rps']:>9.2f}{r['gen_rps']:>8.2f}"
                          f"{_s(r['p50_s']['embed'])}{_s(r['p99_s']['embed'])}"
-                         f"{_s(r['p50_s']['generate'])}{_s(r['p99_s']['generate'])}{r['requests']:>6}{r['wall_s']:>8.1f}")
+                         f"{_s(r['p50_s']['generate'])}{_s(r['p99_s']['generate'])}"
+                         f"{r['requests']:>6}{r['wall_s']:>8.1f}")
         lines.append("  ".join(f"{k} {v:.2f}x" for k, v in section["ratios"].items() if v is not None))
     return "\n".join(lines)
 
