@@ -41,9 +41,13 @@ class DatasetSpec:
 
     @classmethod
     def from_config(cls, dataset: DictConfig) -> DatasetSpec:
-        path = Path(to_absolute_path(dataset.path)) if dataset.path else demo_questions_path()
-        corpus = Path(to_absolute_path(dataset.corpus)) if dataset.corpus else demo_corpus_path()
+        path = _absolute(dataset.path) if dataset.path else demo_questions_path()
+        corpus = _absolute(dataset.corpus) if dataset.corpus else demo_corpus_path()
         return cls(dataset.name, path, corpus, dataset.split, dataset.limit)
+
+
+def _absolute(path: str) -> Path:
+    return Path(to_absolute_path(path)).resolve()
 
 
 @dataclass
