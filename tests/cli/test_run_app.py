@@ -111,3 +111,14 @@ def test_shipped_models_answer_two_demo_questions(run_app, tmp_path):
     check_results(results, "standard_rag", 2)
     assert results["metrics"]["recall"] > 0  # MiniLM finds gold passages of the demo questions
     assert all(row["prediction"] for row in rows)
+
+
+def test_2wiki_experiment_selects_the_reported_setting():
+    from hydra import compose, initialize_config_dir
+
+    from orthrus_rag.cli.common import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["+experiment=2wiki_test", "pipeline=standard_rag"])
+    assert (cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit) == ("2wiki", "test", 200)
+    assert cfg.pipeline.name == "standard_rag"
