@@ -123,9 +123,10 @@ class AsyncEngine:
                 if stopping and block:
                     break
                 stopping |= self._drain(block, accept=not stopping)
-                for out in self.engine.step():
+                outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
+                self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
+                for out in outputs:
                     self._deliver(out)
-                self._stats = self.engine.get_stats()
         except Exception as err:  # an engine bug: fail everything in flight rather than hang callers
             self._dead = err
             for rid in list(self._waiters):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -82,24 +83,35 @@ class LLMEngine:
         return bool(self.requests)
 
     # ---- one step -------------------------------------------------------------------------------------------
-    def step(self) -> list[StepOutput]:
+    def step(self, early: Callable[[StepOutput], None] | None = None) -> list[StepOutput]:
+        """Run one step. The co-located embedder runs first; with `early`, its results are handed to that
+        callback at once (before the generator's forward pass) instead of being returned."""
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
         started = time.perf_counter()
         for chunk in sched.chunks:
             chunk.seq.timings.first_scheduled = chunk.seq.timings.first_scheduled or started
+        outputs, emb_s = self._embedder_outputs(sched)
+        if early is not None:
+            for out in outputs:
+                early(out)
+            outputs = []
         try:
             model_out, gen_s = self._run_generator(sched)
-            vectors, emb_s = self._run_embedder(sched)
-        except Exception as err:  # a failing forward fails the requests of this step only
-            return [self._fail(seq, err) for seq in [c.seq for c in sched.chunks] + sched.embedder_seqs]
+        except Exception as err:  # a failing forward fails the rows of this step only
+            return outputs + [self._fail(c.seq, err) for c in sched.chunks]
         emb_tokens = sum(s.num_tokens for s in sched.embedder_seqs)
         self.policy.observe(sched.num_backbone_tokens, gen_s, emb_tokens, emb_s)
         self.stats.record_step(sched, gen_s, emb_s)
-        outputs = [o for c in sched.chunks if (o := self._advance(c.seq, c.num_tokens, c.completes, model_out))]
-        outputs += [self._finish_embedding(seq, vectors[seq.request_id]) for seq in sched.embedder_seqs]
-        return outputs
+        return outputs + [o for c in sched.chunks if (o := self._advance(c.seq, c.num_tokens, c.completes, model_out))]
+
+    def _embedder_outputs(self, sched: SchedulerOutput) -> tuple[list[StepOutput], float]:
+        try:
+            vectors, emb_s = self._run_embedder(sched)
+        except Exception as err:
+            return [self._fail(seq, err) for seq in sched.embedder_seqs], 0.0
+        return [self._finish_embedding(seq, vectors[seq.request_id]) for seq in sched.embedder_seqs], emb_s
 
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
