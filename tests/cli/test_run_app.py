@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orthrus_rag.cli.run import latency_summary, main
+from eval.experiment import latency_summary, main
 
 SMALL = ["dataset.limit=3", "pipeline.max_tokens=6", "pipeline.num_demos=0", "concurrency=2"]
 METRICS = {"em", "f1", "acc", "recall", "all_gold"}
@@ -72,7 +72,7 @@ def test_unknown_pipeline_setting_is_a_one_line_error(run_app, tiny_models, tmp_
 
 def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
     missing = tmp_path / "nowhere" / "questions.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "orthrus_rag.cli.run", "dataset=2wiki", f"dataset.path={missing}",
+    proc = subprocess.run([sys.executable, "-m", "eval.experiment", "dataset=2wiki", f"dataset.path={missing}",
                            f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 2
@@ -85,7 +85,7 @@ def test_relative_2wiki_paths_resolve_from_where_the_command_runs(tmp_path, monk
     from hydra import compose, initialize_config_dir
 
     from orthrus_rag.cli.common import CONF_DIR
-    from orthrus_rag.cli.run import DatasetSpec
+    from eval.experiment import DatasetSpec
 
     monkeypatch.delenv("ORTHRUS_RAG_DATA", raising=False)
     monkeypatch.chdir(tmp_path)

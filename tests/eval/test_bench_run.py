@@ -74,7 +74,7 @@ def test_unknown_mode_rejected(tiny_llama_dir):
 def test_config_composes():
     from hydra import compose, initialize_config_dir
 
-    from orthrus_rag.cli.bench import workload_from_config
+    from eval.bench.cli import workload_from_config
     from orthrus_rag.cli.common import CONF_DIR, UserError, engine_config, pooling_params
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
