@@ -5,10 +5,10 @@ import dataclasses
 from pathlib import Path
 
 from indexes.build import engine_embedder, load_or_build
-from indexes.corpus import corpus_fingerprint, load_corpus
+from indexes.corpus import load_corpus
+from orthrus_rag.cli.common import default_index_folder
 from orthrus_rag.demo import demo_corpus_path
 from orthrus_rag.engine import AsyncEngine, PoolingParams
-from orthrus_rag.models.registry import cache_dir
 from orthrus_rag.rag import Answer, DenseRetriever, EngineReasoner, Pipeline
 from orthrus_rag.serving.routes.rag import RagInputError
 from orthrus_rag.serving.settings import RagSettings
@@ -22,7 +22,7 @@ async def build_rag(engine: AsyncEngine, settings: RagSettings, embedder_name: s
 
     corpus_path = Path(settings.corpus) if settings.corpus else demo_corpus_path()
     passages = load_corpus(corpus_path)
-    folder = settings.index_cache or _default_cache(corpus_path, passages, embedder_name)
+    folder = settings.index_cache or default_index_folder(corpus_path, passages, embedder_name)
     index = await load_or_build(folder, passages, engine_embedder(engine, pooling), embedder_name,
                                 factory=settings.factory)
     retriever, reasoner = DenseRetriever(engine, index, pooling), EngineReasoner(engine)
@@ -50,7 +50,3 @@ def answer_dict(answer: Answer) -> dict:
     return {"answer": answer.prediction, "passages": [dataclasses.asdict(p) for p in answer.passages],
             "trace": trace}
 
-
-def _default_cache(corpus: Path, passages: list, embedder_name: str) -> Path:
-    safe = embedder_name.replace("/", "_").replace(":", "_")
-    return cache_dir() / "indexes" / f"{corpus.stem}-{corpus_fingerprint(passages)}-{safe}"
