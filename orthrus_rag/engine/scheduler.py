@@ -73,7 +73,8 @@ class Scheduler:
         return out
 
     def _place_running(self, seq: Sequence, n: int, out: SchedulerOutput, budget: Budget, scheduled: set) -> None:
-        if seq not in self.running or n <= 0 or budget.seqs <= 0 or not self.policy.allows(seq.kind):
+        if seq not in self.running or not 0 < n <= budget.tokens or budget.seqs <= 0 \
+                or not self.policy.allows(seq.kind):
             return
         if seq.block_table and not self._allocate(seq, n, out, scheduled):
             return
