@@ -1,6 +1,9 @@
 """The four ways of serving the same embed and generate requests that the benchmark compares.
 
-Each backend offers `await embed(text)`, `await generate(text)`, `await stats()` and `close()`.
+Each backend offers `await embed(text, params=None) -> EmbedOutput`, `await generate(text, params=None) ->
+GenerateOutput`, `tokenizer` (the generator's), `await stats()` (counters once idle), `await snapshot()` (counters
+now) and `close()`, so a backend can stand in for an `AsyncEngine` under `DenseRetriever` and `EngineReasoner`.
+Without params, the backend's own (the benchmark's) sampling and pooling settings apply.
 
 - `EngineBackend` (modes `hetero` and `alternating`): one `AsyncEngine` using every core; `alternating` is the same
   engine with `policy=alternating`, so a step never holds both kinds.
@@ -22,12 +25,16 @@ import multiprocessing as mp
 import queue
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
+from transformers.generation.streamers import BaseStreamer
+
+import numpy as np
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig, LLMEngine, PoolingParams, SamplingParams
-from orthrus_rag.models import load_embedder, load_generator, set_threads
+from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, RequestTimings, Usage
+from orthrus_rag.models import load_embedder, load_generator, resolve_model_path, set_threads
 
 
 class EngineBackend:
@@ -35,11 +42,18 @@ class EngineBackend:
         self.engine = AsyncEngine(config)
         self.sampling, self.pooling = sampling, pooling
 
-    async def embed(self, text: str) -> None:
-        await self.engine.embed(text, replace(self.pooling))
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
 
-    async def generate(self, text: str) -> None:
-        await self.engine.generate(text, replace(self.sampling))
+    async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
+        return await self.engine.embed(text, replace(params or self.pooling))
+
+    async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
+        return await self.engine.generate(text, replace(params or self.sampling))
+
+    async def snapshot(self) -> dict:
+        return self.engine.stats()
 
     async def stats(self) -> dict:
         """Counters once the engine is idle: `AsyncEngine.stats()` is refreshed after a step's results are
@@ -56,8 +70,9 @@ class EngineBackend:
 
 
 # ---- isolated: one process per kind --------------------------------------------------------------------------
-def _serve_one_kind(config: EngineConfig, params, inbox, outbox) -> None:
-    """Worker process: an LLMEngine fed from `inbox` with (request_id, text); `None` stops it."""
+def _serve_one_kind(config: EngineConfig, default_params, inbox, outbox) -> None:
+    """Worker process: an LLMEngine fed from `inbox` with (request_id, text, params or None); `None` stops it;
+    text None asks for the counters. Replies (request_id, result), or (request_id, error text)."""
     engine = LLMEngine(config)
     outbox.put(("ready", None))
     while True:
@@ -70,14 +85,17 @@ def _serve_one_kind(config: EngineConfig, params, inbox, outbox) -> None:
         for message in messages:
             if message is None:
                 return
-            rid, text = message
+            rid, text, params = message
             if text is None:
                 outbox.put((rid, engine.get_stats()))
-            else:
-                engine.add_request(rid, text, replace(params))
+                continue
+            try:
+                engine.add_request(rid, text, replace(params or default_params))
+            except Exception as err:  # a bad request fails alone
+                outbox.put((rid, repr(err)))
         for out in engine.step():
             if out.finished:
-                outbox.put((out.request_id, repr(out.error) if out.error else None))
+                outbox.put((out.request_id, repr(out.error) if out.error else out.result))
 
 
 class IsolatedBackend:
@@ -98,24 +116,38 @@ class IsolatedBackend:
             assert rid == "ready", rid
         self.futures: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self.ids = itertools.count()
+        self.generator = config.generator
+        self._tokenizer = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
-    async def embed(self, text: str) -> None:
-        await self._send("embed", text)
+    @property
+    def tokenizer(self):
+        """The generator's tokenizer, loaded in this process on first use (for chat templates)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
 
-    async def generate(self, text: str) -> None:
-        await self._send("generate", text)
+            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(self.generator))
+        return self._tokenizer
+
+    async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
+        return await self._send("embed", text, params)
+
+    async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
+        return await self._send("generate", text, params)
 
     async def stats(self) -> dict:
         return {kind: await self._send(kind, None) for kind in self.inboxes}
 
-    async def _send(self, kind: str, text: str | None):
+    async def snapshot(self) -> dict:
+        return await self.stats()
+
+    async def _send(self, kind: str, text: str | None, params=None):
         rid = f"{kind}-{next(self.ids)}"
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.futures[rid] = (loop, future)
-        self.inboxes[kind].put((rid, text))
+        self.inboxes[kind].put((rid, text, params))
         reply = await future
         if isinstance(reply, str):
             raise RuntimeError(f"{kind} process failed request {rid}: {reply}")
@@ -144,39 +176,72 @@ class IsolatedBackend:
 
 
 # ---- hf: transformers generate + sentence-transformers encode in one loop -------------------------------------
+@dataclass
+class _Call:
+    text: str
+    params: SamplingParams | PoolingParams
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    arrival: float
+
+
+class _FirstToken(BaseStreamer):
+    """Notes when `generate` hands out its first new tokens (its first `put` is the prompt)."""
+
+    def __init__(self):
+        self.puts, self.at = 0, None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
 class HFBackend:
+    """Generate requests waiting together run as one `generate` call per distinct (max_tokens, stop, ignore_eos);
+    greedy whatever the temperature. Stop strings end a row's text as in the engine; the batch runs until its
+    last row stops. Every row of a batch shares its time to first token."""
+
     def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
         set_threads(config.num_threads)
         self.model, self.tokenizer = load_generator(config.generator, config.dtype, config.device)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
         on_backbone = pooling.model == "backbone" or not config.embedder
         self.encoder = None if on_backbone else load_embedder(config.embedder, config.dtype, config.device)
         self.sampling, self.pooling = sampling, pooling
-        self.waiting: dict[str, list] = {"embed": [], "generate": []}
+        self.waiting: dict[str, list[_Call]] = {"embed": [], "generate": []}
         self.wake = threading.Condition()
         self.stopping = False
+        self.ids = itertools.count()
         self.counts = {"generate_batches": 0, "embed_batches": 0, "generate_s": 0.0, "embed_s": 0.0}
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
-    async def embed(self, text: str) -> None:
-        await self._submit("embed", text)
+    async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
+        return await self._submit("embed", text, params or self.pooling)
 
-    async def generate(self, text: str) -> None:
-        await self._submit("generate", text)
+    async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
+        return await self._submit("generate", text, params or self.sampling)
 
     async def stats(self) -> dict:
         return dict(self.counts)
 
-    async def _submit(self, kind: str, text: str) -> None:
+    async def snapshot(self) -> dict:
+        return dict(self.counts)
+
+    async def _submit(self, kind: str, text: str, params):
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        call = _Call(text, params, loop, loop.create_future(), time.perf_counter())
         with self.wake:
-            self.waiting[kind].append((text, loop, future))
+            self.waiting[kind].append(call)
             self.wake.notify()
-        await future
+        return await call.future
 
     def _loop(self) -> None:
         while True:
@@ -185,49 +250,95 @@ class HFBackend:
                     self.wake.wait()
                 if self.stopping:
                     return
-            for kind, run in (("generate", self._generate), ("embed", self._embed)):
+            for kind in ("generate", "embed"):
                 with self.wake:
                     batch, self.waiting[kind] = self.waiting[kind], []
-                if batch:
-                    self._run_batch(kind, run, batch)
+                for group in _groups(batch, kind):
+                    self._run_batch(kind, group)
 
-    def _run_batch(self, kind: str, run, batch: list) -> None:
+    def _run_batch(self, kind: str, batch: list[_Call]) -> None:
         start = time.perf_counter()
         try:
-            run([text for text, _, _ in batch])
-            error = None
+            results = self._generate(batch, start) if kind == "generate" else self._embed(batch, start)
         except Exception as err:  # fail this batch's callers rather than leave them waiting
-            error = err
+            results = [err] * len(batch)
         self.counts[f"{kind}_batches"] += 1
         self.counts[f"{kind}_s"] += time.perf_counter() - start
-        for _, loop, future in batch:
-            if error is None:
-                loop.call_soon_threadsafe(future.set_result, None)
-            else:
-                loop.call_soon_threadsafe(future.set_exception, error)
+        for call, result in zip(batch, results):
+            settle = call.future.set_exception if isinstance(result, Exception) else call.future.set_result
+            call.loop.call_soon_threadsafe(settle, result)
+
+    def _timings(self, call: _Call, start: float, first_token: float | None = None) -> RequestTimings:
+        return RequestTimings(call.arrival, start, first_token, time.perf_counter())
 
     @torch.inference_mode()
-    def _generate(self, texts: list[str]) -> None:
-        batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
-        n = self.sampling.max_tokens
-        self.model.generate(**batch, max_new_tokens=n, min_new_tokens=n if self.sampling.ignore_eos else 0,
-                            do_sample=False, pad_token_id=self.tokenizer.pad_token_id)
+    def _generate(self, batch: list[_Call], start: float) -> list[GenerateOutput]:
+        params: SamplingParams = batch[0].params
+        inputs = self.tokenizer([c.text for c in batch], return_tensors="pt", padding=True).to(self.model.device)
+        n, streamer = params.max_tokens, _FirstToken()
+        extra = {"stop_strings": params.stop, "tokenizer": self.tokenizer} if params.stop else {}
+        out = self.model.generate(**inputs, max_new_tokens=n, min_new_tokens=n if params.ignore_eos else 0,
+                                  do_sample=False, pad_token_id=self.tokenizer.pad_token_id, streamer=streamer,
+                                  **extra)
+        new = out[:, inputs["input_ids"].shape[1]:].tolist()
+        prompt_lens = inputs["attention_mask"].sum(1).tolist()
+        rows = [self._finish_row(ids, params) for ids in new]
+        return [GenerateOutput(f"hf-{next(self.ids)}", text, ids, reason, Usage(int(p), len(ids)),
+                               self._timings(call, start, streamer.at))
+                for call, p, (text, ids, reason) in zip(batch, prompt_lens, rows)]
+
+    def _finish_row(self, ids: list[int], params: SamplingParams) -> tuple[str, list[int], str]:
+        """A row's text, kept tokens and finish reason, cut as the engine cuts: at EOS or a stop string."""
+        if not params.ignore_eos:
+            for i, token in enumerate(ids):
+                if token in self.eos_ids or token in params.stop_token_ids:
+                    return self._decode(ids[:i]), ids[:i + 1], "stop"
+        for j in range(1, len(ids) + 1) if params.stop else ():
+            text = self._decode(ids[:j])
+            hits = [i for s in params.stop if (i := text.find(s)) >= 0]
+            if hits:
+                return text[:min(hits)], ids[:j], "stop"
+        return self._decode(ids), ids, "length"
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     @torch.inference_mode()
-    def _embed(self, texts: list[str]) -> None:
+    def _embed(self, batch: list[_Call], start: float) -> list[EmbedOutput]:
+        texts, normalize = [c.text for c in batch], batch[0].params.normalize
         if self.encoder is not None:
-            self.encoder.encode(texts, batch_size=len(texts), normalize_embeddings=self.pooling.normalize,
-                                show_progress_bar=False)
-            return
-        batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
-        hidden = self.model.base_model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        vectors = (hidden * mask).sum(1) / mask.sum(1)
-        if self.pooling.normalize:
-            torch.nn.functional.normalize(vectors.float(), dim=-1)
+            vectors = self.encoder.encode(texts, batch_size=len(texts), normalize_embeddings=normalize,
+                                          show_progress_bar=False, convert_to_numpy=True)
+            counts = [len(ids) for ids in self.encoder.tokenizer(texts)["input_ids"]]
+        else:
+            inputs = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
+            hidden = self.model.base_model(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = ((hidden * mask).sum(1) / mask.sum(1)).float()
+            vectors = (torch.nn.functional.normalize(pooled, dim=-1) if normalize else pooled).cpu().numpy()
+            counts = inputs["attention_mask"].sum(1).tolist()
+        return [EmbedOutput(f"hf-{next(self.ids)}", np.asarray(v, dtype=np.float32), int(k), self._timings(c, start))
+                for c, v, k in zip(batch, vectors, counts)]
 
     def close(self) -> None:
         with self.wake:
             self.stopping = True
             self.wake.notify()
         self.thread.join()
+
+
+def _groups(batch: list[_Call], kind: str) -> list[list[_Call]]:
+    """Calls that can share one batched call: same generation limits and stops (or same normalisation)."""
+    groups: dict[tuple, list[_Call]] = {}
+    for call in batch:
+        p = call.params
+        key = (p.max_tokens, tuple(p.stop), p.ignore_eos, tuple(p.stop_token_ids)) if kind == "generate" \
+            else (p.normalize,)
+        groups.setdefault(key, []).append(call)
+    return list(groups.values())
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())

@@ -3,10 +3,13 @@
     orthrus-rag-bench                                     # workload=mixed: 1:1 closed loop, MiniLM embedder
     orthrus-rag-bench workload=phases embedder=backbone   # 9:1, 1:1, 1:9 with backbone embeddings
     orthrus-rag-bench modes=[hetero,alternating] workload.requests=32 runtime.step_time_target_s=0.1
+    orthrus-rag-bench workload=rag pipeline=ircot dataset=2wiki dataset.split=test dataset.limit=30 rate=0.2
+    orthrus-rag-bench workload=rag rates=[null,0.1,0.2]       # closed loop, then two open-loop rates
 
 Modes: hetero (this engine), isolated (an embed process and a generate process, half the cores each),
 alternating (this engine, never both kinds in one step), hf (transformers generate + sentence-transformers
-encode in one loop). See eval/bench for how each is run and how bench.json is laid out.
+encode in one loop). See eval/bench for how each is run and how bench.json is laid out. The rag workload also
+writes bench.md and PNG plots (eval/report.py).
 """
 from __future__ import annotations
 
@@ -34,9 +37,62 @@ def workload_from_config(cfg: DictConfig):
     return Workload(**spec)
 
 
+def rag_setup(cfg: DictConfig):
+    """The rag workload's questions, index source, pipeline and engine settings from the config."""
+    from eval.bench.rag import IndexSource, RagSetup, RagWorkload
+    from eval.experiment import DatasetSpec, make_pipeline, read_questions
+    from orthrus_rag.cli.common import IndexSpec, embedder_name, index_folder, read_corpus
+
+    unknown = [m for m in cfg.modes if m not in ("hetero", "isolated", "alternating", "hf")]
+    if unknown:
+        raise UserError(f"unknown modes {unknown}; choose from hetero, isolated, alternating, hf")
+    spec = DatasetSpec.from_config(cfg.dataset)
+    questions = read_questions(spec)
+    passages = read_corpus(spec.corpus)
+    make_pipeline(cfg, None, None)  # settings errors show before the models load
+    index = IndexSpec.from_config(cfg.index)
+    source = IndexSource(index_folder(cfg, spec.corpus, passages), passages, embedder_name(cfg), index.factory,
+                         index.batch_size)
+    workload = OmegaConf.to_container(cfg.workload, resolve=True)
+    try:
+        workload = RagWorkload(**workload)
+    except TypeError as error:
+        raise UserError(f"workload: {error}") from error
+    return RagSetup(engine_config(cfg), pooling_params(cfg), OmegaConf.to_container(cfg.pipeline, resolve=True),
+                    questions, source, workload)
+
+
+def rag_rates(cfg: DictConfig) -> list:
+    rates = list(cfg.rates) if cfg.get("rates") is not None else [cfg.get("rate")]
+    bad = [r for r in rates if r is not None and not (isinstance(r, (int, float)) and r > 0)]
+    if bad:
+        raise UserError(f"rates must be > 0 questions/s, or null for a closed loop; got {bad}")
+    return [float(r) if r is not None else None for r in rates]
+
+
+def run_rag(cfg: DictConfig) -> dict:
+    from eval.bench.rag import run_rag_bench
+    from eval.report import format_rag_table, write_rag_reports
+
+    setup = rag_setup(cfg)
+    rates = rag_rates(cfg)
+    try:
+        setup.workload.loads(rates)
+    except ValueError as error:
+        raise UserError(f"workload: {error}") from error
+    bench = run_rag_bench(setup, rates, list(cfg.modes))
+    paths = write_rag_reports(bench, Path(HydraConfig.get().runtime.output_dir))
+    print(format_rag_table(bench))
+    print("\n".join(f"{name}: {path}" for name, path in paths.items()))
+    sys.stdout.flush()
+    return bench
+
+
 def run(cfg: DictConfig) -> dict:
     from eval.bench import format_table, run_bench
 
+    if cfg.workload.name == "rag":
+        return run_rag(cfg)
     workload = workload_from_config(cfg)
     bench = run_bench(engine_config(cfg), pooling_params(cfg), workload, list(cfg.modes))
     path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"

@@ -1,0 +1,255 @@
+"""The rag workload: a pipeline answering the same questions, arriving at the same seeded times, in every mode.
+
+Each mode gets a backend (eval/bench/backends.py) that stands in for the engine under `DenseRetriever` and
+`EngineReasoner`, so the pipeline code is the same everywhere. The index is loaded from its cache folder, or built
+once through an engine configured as for `hetero`, and shared by all modes. Per mode: a few made-up warm-up
+questions (untimed), then one timed run per load (open loop at each rate, or a closed loop), with every retrieve
+and reason call logged and the engine counters sampled every `sample_interval_s` for the timeline plots.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from eval.bench.runner import engine_delta, machine_info, make_backend, num_cores
+from eval.bench.rag_metrics import RunData, ratios, summarize_run
+from eval.load import Load
+from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams
+
+WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
+
+
+@dataclass
+class RagWorkload:
+    name: str = "rag"
+    burstiness: float = 1.0
+    clients: int = 8
+    max_in_flight: int | None = None
+    slo_s: float = 30.0
+    warmup_questions: int = 2
+    sample_interval_s: float = 0.25
+    seed: int = 0
+
+    def loads(self, rates: list[float | None]) -> list[Load]:
+        """One load per rate (None: closed loop with `clients`), all with this workload's seed."""
+        if not rates:
+            raise ValueError("give at least one rate (or null for a closed loop)")
+        return [Load(rate, self.burstiness, self.clients, self.max_in_flight, self.seed) for rate in rates]
+
+
+@dataclass
+class IndexSource:
+    """Where the shared index comes from: its cache folder, or built through an engine and saved there."""
+
+    folder: Path
+    passages: list
+    embedder_name: str
+    factory: str = "Flat"
+    batch_size: int = 64
+
+
+@dataclass
+class RagSetup:
+    config: EngineConfig
+    pooling: PoolingParams
+    pipeline: dict  # the `pipeline` group: name plus settings
+    questions: list  # list[eval.datasets.Question]
+    index: IndexSource
+    workload: RagWorkload = field(default_factory=RagWorkload)
+
+
+# ---- stand-in engine that logs every call -----------------------------------------------------------------------
+@dataclass
+class Call:
+    kind: str  # embed | generate
+    sent: float
+    done: float
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    completion_tokens: int = 0
+
+
+class LoggedBackend:
+    """A backend in the engine's place for DenseRetriever/EngineReasoner, logging each call's timing."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.calls: list[Call] = []
+
+    @property
+    def tokenizer(self):
+        return self.backend.tokenizer
+
+    async def embed(self, text: str, params: PoolingParams | None = None):
+        sent = time.perf_counter()
+        out = await self.backend.embed(text, params)
+        self.calls.append(Call("embed", sent, time.perf_counter()))
+        return out
+
+    async def generate(self, prompt: str, params=None):
+        sent = time.perf_counter()
+        out = await self.backend.generate(prompt, params)
+        done = time.perf_counter()
+        self.calls.append(Call("generate", sent, done, *token_times(out, sent, done)))
+        return out
+
+    def take(self) -> list[Call]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def token_times(out: Any, sent: float, done: float) -> tuple[float | None, float | None, int]:
+    """Time to first token (from the call) and time per output token after the first, where measured."""
+    first = getattr(out.timings, "first_token", None)
+    n = out.usage.completion_tokens
+    ttft = first - sent if first is not None else None
+    tpot = (done - first) / (n - 1) if first is not None and n > 1 else None
+    return ttft, tpot, n
+
+
+class Sampler:
+    """Engine counters every `interval` seconds while a run is in flight: (seconds since start, snapshot)."""
+
+    def __init__(self, backend: Any, interval: float):
+        self.backend, self.interval = backend, interval
+        self.samples: list[tuple[float, dict]] = []
+        self.task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> Sampler:
+        self.start = time.perf_counter()
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        self.samples.append((time.perf_counter() - self.start, await self.backend.snapshot()))
+
+    async def _run(self) -> None:
+        while True:
+            self.samples.append((time.perf_counter() - self.start, await self.backend.snapshot()))
+            await asyncio.sleep(self.interval)
+
+
+# ---- the index ------------------------------------------------------------------------------------------------
+class _LazyEngine:
+    """Starts an AsyncEngine only if something is embedded (the index was not cached)."""
+
+    def __init__(self, config: EngineConfig):
+        self.config, self.engine = config, None
+
+    async def embed(self, text: str, params: PoolingParams):
+        if self.engine is None:
+            tqdm.write("building the index through the engine ...")
+            self.engine = AsyncEngine(self.config)
+        return await self.engine.embed(text, params)
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+
+
+def shared_index(setup: RagSetup) -> Any:
+    """The index every mode searches: loaded from its folder, or built through an engine and saved there."""
+    from indexes import engine_embedder, load_or_build
+
+    src = setup.index
+    engine = _LazyEngine(replace(setup.config, num_threads=setup.config.num_threads or num_cores()))
+    try:
+        return asyncio.run(load_or_build(src.folder, src.passages, engine_embedder(engine, setup.pooling),
+                                         src.embedder_name, factory=src.factory, batch_size=src.batch_size))
+    finally:
+        engine.shutdown()
+
+
+# ---- one mode ---------------------------------------------------------------------------------------------------
+def make_rag_pipeline(setup: RagSetup, engine: Any, index: Any) -> Any:
+    from orthrus_rag.rag import DenseRetriever, EngineReasoner
+    from pipelines import build_pipeline
+
+    settings = dict(setup.pipeline)
+    name = settings.pop("name")
+    return build_pipeline(name, DenseRetriever(engine, index, setup.pooling), EngineReasoner(engine), **settings)
+
+
+async def run_mode(mode: str, backend: Any, setup: RagSetup, index: Any, loads: list[Load]) -> list[RunData]:
+    logged = LoggedBackend(backend)
+    pipeline = make_rag_pipeline(setup, logged, index)
+    texts = [q.question for q in setup.questions]
+    if setup.workload.warmup_questions:
+        warmup = [WARMUP_TEMPLATE.format(i + 1) for i in range(setup.workload.warmup_questions)]
+        await pipeline.run(warmup, concurrency=None, progress=False)
+        logged.take()
+    runs = []
+    for load in loads:
+        tqdm.write(f"{mode}: {len(texts)} questions, {load.label}")
+        before = await backend.stats()
+        async with Sampler(backend, setup.workload.sample_interval_s) as sampler:
+            start = time.perf_counter()
+            answers = await pipeline.run(texts, concurrency=load.concurrency(), arrivals=load.arrivals(len(texts)))
+            wall = time.perf_counter() - start
+        engine = engine_delta(await backend.stats(), before)
+        runs.append(RunData(mode, load, answers, wall, logged.take(), sampler.samples, engine, start))
+    return runs
+
+
+def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) -> dict:
+    """Every mode on the same questions and arrival times; returns the bench.json dictionary (workload rag)."""
+    loads = setup.workload.loads(rates)
+    index = shared_index(setup)
+    summaries: dict[str, dict[str, dict]] = {load.label: {} for load in loads}
+    for mode in modes:
+        backend = make_backend(mode, setup.config, _default_sampling(), setup.pooling)
+        try:
+            runs = asyncio.run(run_mode(mode, backend, setup, index, loads))
+        finally:
+            backend.close()
+            del backend
+            gc.collect()
+        for run in runs:
+            summaries[run.load.label][mode] = summarize_run(run, setup.questions, setup.workload.slo_s)
+    return assemble(summaries, loads, setup, modes)
+
+
+def _default_sampling():
+    from orthrus_rag.engine import SamplingParams
+
+    return SamplingParams()
+
+
+# ---- bench.json -------------------------------------------------------------------------------------------------
+RAW_KEYS = ("latencies_s", "timeline", "predictions")
+
+
+def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: RagSetup, modes: list[str]) -> dict:
+    """bench.json for the rag workload. `sweep` holds every load; the top-level `modes` are those of the headline
+    load (the highest open-loop rate, else the closed loop) without raw lists; `ratios` take p99 from that load
+    and qps from the closed loop when one ran (open-loop qps cannot exceed the offered rate)."""
+    sweep = [{"load": load.label, "rate": load.rate, "modes": summaries[load.label],
+              "ratios": ratios(summaries[load.label])} for load in loads]
+    open_loads = [s for s in sweep if s["rate"] is not None]
+    head = max(open_loads, key=lambda s: s["rate"]) if open_loads else sweep[-1]
+    closed = next((s for s in sweep if s["rate"] is None), head)
+    head_ratios = dict(head["ratios"])
+    for key in ("qps_hetero/hf", "qps_hetero/isolated", "qps_hetero/alternating"):
+        head_ratios[key] = closed["ratios"][key]
+    threads = setup.config.num_threads or num_cores()
+    return {"workload": "rag",
+            "modes": {m: {k: v for k, v in r.items() if k not in RAW_KEYS} for m, r in head["modes"].items()},
+            "ratios": head_ratios,
+            "headline": {"p99": head["load"], "qps": closed["load"]},
+            "sweep": sweep,
+            "config": {"modes": modes, "pipeline": setup.pipeline, "questions": len(setup.questions),
+                       "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],
+                       "engine": asdict(setup.config), "pooling": asdict(setup.pooling),
+                       "index": {"folder": str(setup.index.folder), "factory": setup.index.factory},
+                       "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}},
+            "machine": machine_info()}

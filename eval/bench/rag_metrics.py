@@ -1,0 +1,129 @@
+"""What one rag run measured: question latency, per-call latency, goodput, accuracy, where the time went.
+
+A question's latency runs from its arrival to its answer (time waiting for a slot included). Percentiles
+interpolate linearly between closest ranks (numpy's default). Throughput is questions over the wall time from the
+start of the run (the first arrival offset counts) to the last answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eval.bench.metrics import percentile
+from eval.load import Load
+
+BASELINES = ("isolated", "alternating", "hf")
+TOKEN_KINDS = ("decode", "prefill", "embed")
+
+
+@dataclass
+class RunData:
+    mode: str
+    load: Load
+    answers: list  # list[Answer], in question order
+    wall_s: float
+    calls: list  # list[eval.bench.rag.Call]
+    samples: list[tuple[float, dict]]  # (seconds since start, counters)
+    engine: dict  # counters over the run (per process for isolated)
+    start: float = 0.0  # perf_counter at the start of the run
+
+
+def latency_stats(values: list[float]) -> dict[str, float | None]:
+    return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "p99_s": percentile(values, 99),
+            "mean_s": sum(values) / len(values) if values else None}
+
+
+def goodput(latencies: list[float], wall_s: float, slo_s: float) -> dict[str, float]:
+    """Questions answered within `slo_s`: as a fraction of all and per second of wall time."""
+    good = sum(1 for x in latencies if x <= slo_s)
+    return {"slo_s": slo_s, "fraction": good / len(latencies) if latencies else 0.0,
+            "qps": good / wall_s if wall_s > 0 else 0.0}
+
+
+def call_stats(calls: list) -> dict[str, dict]:
+    """Per-call latency by kind; for generation also time to first token and time per output token."""
+    out = {}
+    for kind in ("embed", "generate"):
+        mine = [c for c in calls if c.kind == kind]
+        lat = [c.done - c.sent for c in mine]
+        stats = {"n": len(mine), "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
+                 "mean_s": sum(lat) / len(lat) if lat else None}
+        if kind == "generate":
+            ttft = [c.ttft_s for c in mine if c.ttft_s is not None]
+            tpot = [c.tpot_s for c in mine if c.tpot_s is not None]
+            stats.update(ttft_p50_s=percentile(ttft, 50), ttft_p99_s=percentile(ttft, 99),
+                         tpot_p50_s=percentile(tpot, 50), tpot_mean_s=sum(tpot) / len(tpot) if tpot else None,
+                         completion_tokens=sum(c.completion_tokens for c in mine))
+        out[kind] = stats
+    return out
+
+
+def time_share(engine: dict, wall_s: float) -> dict[str, Any]:
+    """Where the wall time went: busy seconds by kind over wall time, and the idle rest.
+
+    Engine modes: `generator` (decode, prefill, backbone embeddings) and `embedder` (co-located embedder) step
+    time. Isolated: each process's busy share (both can be busy at once). hf: generate and encode calls."""
+    if not engine or wall_s <= 0:
+        return {}
+    if "generate" in engine and isinstance(engine["generate"], dict):  # isolated
+        return {kind: _busy_share(counters, wall_s) for kind, counters in engine.items()}
+    if "generate_s" in engine:  # hf
+        gen, emb = engine["generate_s"] / wall_s, engine["embed_s"] / wall_s
+        return {"generate": gen, "embed": emb, "idle": max(0.0, 1 - gen - emb)}
+    return _busy_share(engine, wall_s)
+
+
+def _busy_share(engine: dict, wall_s: float) -> dict[str, Any]:
+    gen, emb = engine.get("generator_s", 0.0) / wall_s, engine.get("embedder_s", 0.0) / wall_s
+    steps = engine.get("steps", 0)
+    return {"generator": gen, "embedder": emb, "idle": max(0.0, 1 - gen - emb), "steps": steps,
+            "mixed_steps": engine.get("mixed_steps", 0), "tokens": engine.get("tokens", {}),
+            "tokens_per_step": {k: v / steps for k, v in engine.get("tokens", {}).items()} if steps else {}}
+
+
+def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
+    """Counter deltas between consecutive samples: per interval, steps, tokens by kind and busy seconds.
+    Empty unless the counters are a single engine's (hetero, alternating)."""
+    if len(samples) < 2 or "tokens" not in samples[0][1]:
+        return []
+    rows = []
+    for (t0, a), (t1, b) in zip(samples, samples[1:]):
+        row = {"t": round(t1, 3), "dt": round(t1 - t0, 4), "steps": b["steps"] - a["steps"],
+               "busy_s": round(b["generator_s"] + b["embedder_s"] - a["generator_s"] - a["embedder_s"], 4)}
+        row.update({k: b["tokens"].get(k, 0) - a["tokens"].get(k, 0) for k in TOKEN_KINDS})
+        rows.append(row)
+    return rows
+
+
+def accuracy(answers: list, questions: list) -> dict[str, float]:
+    from eval.metrics import aggregate, score_answer
+
+    scores = [score_answer(a.prediction, q.answers, q.gold_titles, a.passages) for q, a in zip(questions, answers)]
+    return aggregate(scores)
+
+
+def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]:
+    latencies = [a.queue_s + a.latency_s for a in run.answers]
+    n = len(run.answers)
+    return {"mode": run.mode, "load": run.load.label, "rate": run.load.rate, "n": n, "wall_s": run.wall_s,
+            "qps": n / run.wall_s if run.wall_s > 0 else 0.0, **latency_stats(latencies),
+            "goodput": goodput(latencies, run.wall_s, slo_s), **accuracy(run.answers, questions),
+            "calls": call_stats(run.calls), "time_share": time_share(run.engine, run.wall_s),
+            "engine": run.engine, "latencies_s": latencies, "timeline": timeline(run.samples),
+            "predictions": [a.prediction for a in run.answers]}
+
+
+def ratios(modes: dict[str, dict]) -> dict[str, float | None]:
+    """p99 reduction of hetero against each baseline (1 - hetero p99 / baseline p99) and qps ratios;
+    None where a mode did not run. Also how many of each baseline's predictions equal hetero's."""
+    hetero = modes.get("hetero")
+    out: dict[str, float | None] = {}
+    for base in BASELINES:
+        other = modes.get(base)
+        both = hetero is not None and other is not None
+        out[f"p99_reduction_vs_{base}"] = (1 - hetero["p99_s"] / other["p99_s"]
+                                           if both and other["p99_s"] else None)
+        out[f"qps_hetero/{base}"] = hetero["qps"] / other["qps"] if both and other["qps"] else None
+        out[f"same_predictions_{base}"] = (sum(a == b for a, b in zip(hetero["predictions"], other["predictions"]))
+                                           / max(1, len(hetero["predictions"])) if both else None)
+    return out

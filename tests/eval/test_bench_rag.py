@@ -1,0 +1,106 @@
+"""The rag workload end to end on the tiny random models and the demo set (hetero and alternating), the backends
+standing in for the engine, and the Hydra config it is driven by."""
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from eval.bench.backends import EngineBackend, HFBackend
+from eval.bench.rag import IndexSource, RagSetup, RagWorkload, run_rag_bench
+from eval.datasets import load_questions
+from eval.load import arrival_offsets
+from eval.report import write_rag_reports
+from indexes import load_corpus
+from orthrus_rag.demo import demo_corpus_path, demo_questions_path
+from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+
+IRCOT = {"name": "ircot", "k": 2, "max_steps": 2, "max_passages": 4, "num_demos": 1, "passage_words": 20,
+         "max_tokens": 4}
+
+
+def tiny(generator, embedder) -> EngineConfig:
+    return EngineConfig(generator=str(generator), embedder=str(embedder), dtype="float32",
+                        max_num_batched_tokens=256, block_size=4, num_kv_blocks=1024)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_llama_dir, tiny_encoder_dir, tmp_path_factory):
+    questions = load_questions(demo_questions_path(), "all", 3)
+    passages = load_corpus(demo_corpus_path())
+    index = IndexSource(tmp_path_factory.mktemp("index"), passages, "tiny-encoder")
+    workload = RagWorkload(slo_s=5.0, warmup_questions=1, sample_interval_s=0.05, seed=3)
+    return RagSetup(tiny(tiny_llama_dir, tiny_encoder_dir), PoolingParams(), IRCOT, questions, index, workload)
+
+
+def test_rag_bench_end_to_end(setup, tmp_path):
+    bench = run_rag_bench(setup, [None, 20.0], ["hetero", "alternating"])
+    bench = json.loads(json.dumps(bench))  # what bench.json holds
+    assert bench["workload"] == "rag" and [e["load"] for e in bench["sweep"]] == ["closed C=8", "rate 20/s"]
+    assert bench["headline"] == {"p99": "rate 20/s", "qps": "closed C=8"}
+    for entry in bench["sweep"]:
+        hetero, alternating = entry["modes"]["hetero"], entry["modes"]["alternating"]
+        for r in (hetero, alternating):
+            assert r["n"] == 3 and 0 < r["p50_s"] <= r["p90_s"] <= r["p99_s"] <= r["wall_s"]
+            assert r["qps"] == pytest.approx(3 / r["wall_s"])
+            assert r["calls"]["embed"]["n"] >= 3 and r["calls"]["generate"]["n"] >= 3
+            assert r["calls"]["generate"]["ttft_p50_s"] > 0
+            assert 0 <= r["time_share"]["idle"] <= 1 and r["time_share"]["steps"] > 0
+            assert sum(r["engine"]["tokens"].values()) > 0 and r["timeline"]
+        assert alternating["engine"]["mixed_steps"] == 0
+        assert hetero["predictions"] == alternating["predictions"]  # greedy, fp32: same answers
+        assert hetero["acc"] == alternating["acc"]
+        assert entry["ratios"]["same_predictions_alternating"] == 1.0
+        assert entry["ratios"]["p99_reduction_vs_alternating"] == pytest.approx(
+            1 - hetero["p99_s"] / alternating["p99_s"])
+        assert entry["ratios"]["p99_reduction_vs_isolated"] is None
+    offsets = arrival_offsets(3, 20.0, 1.0, 3)
+    assert bench["sweep"][1]["modes"]["hetero"]["wall_s"] >= offsets[-1]  # the last question arrived in the run
+    assert set(bench["modes"]["hetero"]) >= {"qps", "p50_s", "p90_s", "p99_s", "acc"}
+    assert "latencies_s" not in bench["modes"]["hetero"]
+    paths = write_rag_reports(bench, tmp_path)
+    assert {"bench", "table", "latency_cdf", "step_composition"} <= set(paths)
+    assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+def test_backends_stand_in_for_the_engine(tiny_llama_dir, tiny_encoder_dir):
+    """EngineBackend and HFBackend answer as the engine does: vectors, text, usage, timings; greedy text agrees."""
+    config = tiny(tiny_llama_dir, tiny_encoder_dir)
+    params = SamplingParams(max_tokens=5, stop=["\n"])
+
+    async def ask(backend):
+        emb = await backend.embed("Where is Vostrick?", PoolingParams())
+        gen = await backend.generate("The river of Vostrick is", params)
+        return emb, gen
+
+    outs = {}
+    for name, cls in (("engine", EngineBackend), ("hf", HFBackend)):
+        backend = cls(config, SamplingParams(), PoolingParams())
+        try:
+            outs[name] = asyncio.run(ask(backend))
+            assert backend.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+        finally:
+            backend.close()
+    for emb, gen in outs.values():
+        assert emb.embedding.dtype == np.float32 and emb.embedding.ndim == 1 and emb.num_tokens > 0
+        assert gen.usage.prompt_tokens > 0 and 1 <= gen.usage.completion_tokens <= 5
+        assert "\n" not in gen.text and gen.timings.finished >= gen.timings.arrival
+    np.testing.assert_allclose(outs["engine"][0].embedding, outs["hf"][0].embedding, atol=1e-4)
+    assert outs["engine"][1].text == outs["hf"][1].text
+
+
+def test_rag_config_composes():
+    from hydra import compose, initialize_config_dir
+
+    from eval.bench.cli import rag_rates
+    from orthrus_rag.cli.common import CONF_DIR, UserError
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        one = compose("bench", overrides=["workload=rag", "pipeline=standard_rag", "dataset=2wiki", "rate=0.3"])
+        sweep = compose("bench", overrides=["workload=rag", "rates=[null,0.1,0.2]"])
+        bad = compose("bench", overrides=["workload=rag", "rate=-1"])
+    assert one.workload.name == "rag" and one.pipeline.name == "standard_rag" and one.dataset.name == "2wiki"
+    assert one.index.factory and rag_rates(one) == [0.3]
+    assert sweep.pipeline.name == "ircot" and rag_rates(sweep) == [None, 0.1, 0.2]
+    with pytest.raises(UserError, match="rates"):
+        rag_rates(bad)
