@@ -119,8 +119,8 @@ def plot_step_composition(entry: dict, path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(2, len(modes), figsize=(6 * len(modes), 6), sharex="col", squeeze=False)
     for col, mode in enumerate(modes):
-        rows = entry["modes"][mode]["timeline"]
-        t = [r["t"] for r in rows]
+        rows = step_spans(entry["modes"][mode]["timeline"])
+        t = [r["t"] - r["dt"] for r in rows]
         per_step = {k: [r[k] / r["steps"] if r["steps"] else 0.0 for r in rows] for k in TOKEN_KINDS}
         axes[0][col].stackplot(t, *per_step.values(), labels=list(per_step),
                                colors=[COLORS[k] for k in per_step], step="post")
@@ -131,6 +131,24 @@ def plot_step_composition(entry: dict, path: Path) -> Path | None:
         for ax in axes[:, col]:
             ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def step_spans(rows: list[dict]) -> list[dict]:
+    """Timeline rows merged so that each holds at least one step: a step longer than the sampling interval shows
+    up in the sample after it ends, so the intervals before it (no step finished) are folded into its row and its
+    busy time is spread over them. Trailing rows with no step are kept as they are."""
+    spans, pending = [], None
+    for row in rows:
+        pending = dict(row) if pending is None else _merge(pending, row)
+        if pending["steps"]:
+            spans.append(pending)
+            pending = None
+    return spans + ([pending] if pending else [])
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = {k: a[k] + b[k] for k in ("dt", "steps", "busy_s", *TOKEN_KINDS)}
+    return dict(out, t=b["t"])
 
 
 def _save(fig, path: Path) -> Path:

@@ -103,3 +103,15 @@ def test_merge_and_cli(tmp_path):
     assert (tmp_path / "out" / "p99_vs_rate.png").is_file() and (tmp_path / "out" / "bench.md").is_file()
     with pytest.raises(ValueError, match="rag"):
         merge_benches([{"workload": "mixed"}])
+
+
+def test_step_spans_fold_long_steps():
+    from eval.report import step_spans
+
+    def row(t, steps, busy, decode=0):
+        return {"t": t, "dt": 0.25, "steps": steps, "busy_s": busy, "decode": decode, "prefill": 0, "embed": 0}
+
+    rows = [row(0.25, 2, 0.2, 4), row(0.5, 0, 0.0), row(0.75, 0, 0.0), row(1.0, 1, 0.7, 1), row(1.25, 0, 0.0)]
+    spans = step_spans(rows)
+    assert [(s["t"], s["dt"], s["steps"], s["busy_s"], s["decode"]) for s in spans] == [
+        (0.25, 0.25, 2, 0.2, 4), (1.0, 0.75, 1, 0.7, 1), (1.25, 0.25, 0, 0.0, 0)]
