@@ -1,11 +1,12 @@
 """Rebuild LEADERBOARD.md: one row per experiment config in conf/experiment/leaderboard/.
 
-    python -m eval.leaderboard                               # run `orthrus-rag +experiment=leaderboard/<row>` for each
-    python -m eval.leaderboard --rows ircot,standard_rag     # only these rows
-    python -m eval.leaderboard --from-results /tmp/eval2wiki # read <DIR>/**/results.json, run nothing
+    python -m eval.leaderboard                                # orthrus-rag +experiment=leaderboard/<row>, each row
+    python -m eval.leaderboard --rows ircot,standard_rag      # only these rows
+    python -m eval.leaderboard --from-results /tmp/eval2wiki  # read <DIR>/**/results.json, run nothing
 
 A row is a results.json (see DESIGN.md): pipeline, dataset, EM, F1, Acc, passage recall, p99 latency, questions/s,
-and the config that produced it (every pipeline setting, models, split, limit, concurrency, policy). Rows are sorted by Acc, then F1.
+and the config that produced it (every pipeline setting, models, split, limit, concurrency, policy). Rows are
+sorted by Acc, then F1.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from eval.bench.runner import engine_delta, machine_info, make_backend, num_cores
 from eval.bench.rag_metrics import RunData, ratios, summarize_run
 from eval.load import Load
-from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams
+from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams, SamplingParams
 
 WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
 
@@ -207,7 +207,7 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
     index = shared_index(setup)
     summaries: dict[str, dict[str, dict]] = {load.label: {} for load in loads}
     for mode in modes:
-        backend = make_backend(mode, setup.config, _default_sampling(), setup.pooling)
+        backend = make_backend(mode, setup.config, SamplingParams(), setup.pooling)  # pipelines pass their own
         try:
             runs = asyncio.run(run_mode(mode, backend, setup, index, loads))
         finally:
@@ -217,12 +217,6 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
         for run in runs:
             summaries[run.load.label][mode] = summarize_run(run, setup.questions, setup.workload.slo_s)
     return assemble(summaries, loads, setup, modes)
-
-
-def _default_sampling():
-    from orthrus_rag.engine import SamplingParams
-
-    return SamplingParams()
 
 
 # ---- bench.json -------------------------------------------------------------------------------------------------
