@@ -15,14 +15,26 @@ _QUOTES = "\"'“”‘’`«»"
 _TRAILING = " \t.,;:!"
 
 
+_SHORT_ANSWER_WORDS = 6
+
+
 def extract_answer(text: str, from_end: bool = False) -> str:
     """The short answer in `text`: after the last "answer is" marker if there is one, else the first
-    sentence of its first line (of its last line with `from_end`, for a chain of reasoning)."""
+    sentence of its first line (of its last line with `from_end`, for a chain of reasoning).
+
+    Without `from_end`, a short first line without a marker is the answer, whatever follows it (a small
+    reader often answers, then rambles on: "Oslo\n\nThe answer is: 1925")."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not from_end and lines and _is_bare_answer(lines[0]):
+        return clean_answer(lines[0])
     found = find_answer(text)
     if found is not None:
         return found
-    lines = [line for line in text.splitlines() if line.strip()]
     return clean_answer(lines[-1] if from_end and lines else text)
+
+
+def _is_bare_answer(line: str) -> bool:
+    return not _MARKER.search(line) and len(line.split()) <= _SHORT_ANSWER_WORDS
 
 
 def find_answer(text: str) -> str | None:

@@ -69,3 +69,10 @@ def test_first_sentence_skips_initials_and_abbreviations():
 def test_clean_answer_keeps_inner_punctuation():
     assert clean_answer("Los Angeles, California.") == "Los Angeles, California"
     assert clean_answer("Where Are You Going?") == "Where Are You Going?"
+
+
+def test_a_short_first_line_is_the_answer_whatever_follows():
+    assert extract_answer("Aivar Kuusmaa\n\nThe answer is: 1347") == "Aivar Kuusmaa"
+    assert extract_answer("\nOslo.\nPassages:\n[1] Bergen: a city") == "Oslo"
+    assert extract_answer("He was born in Oslo in the year 1901.\nSo the answer is: Oslo.") == "Oslo"
+    assert extract_answer("Aivar Kuusmaa\nSo the answer is: 1347", from_end=True) == "1347"
