@@ -1,8 +1,8 @@
 """Prompt templates and few-shot demonstrations, kept as plain files in this folder.
 
 A prompt `NAME.txt` is a template with the fields {question}, {passages} and {demos}. Its demonstrations
-are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}) from a demo file
-such as `demos.jsonl`. A name may also be the path of a template file elsewhere.
+are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}, and {steps}: the
+reasoning as numbered lines) from a demo file such as `demos.jsonl`. A name may also be the path of a template file elsewhere.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from orthrus_rag.rag.types import Passage
 
 PROMPT_DIR = Path(__file__).parent
-_FIELDS = ("question", "passages", "demos", "answer", "reasoning")
+_FIELDS = ("question", "passages", "demos", "answer", "reasoning", "steps")
 
 
 @dataclass
@@ -49,7 +49,8 @@ class PromptTemplate:
             raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
         return _fill(f"{self.name}.demo", self.demo_text, question=demo.question, answer=demo.answer,
                      passages=format_passages(demo.passages, passage_words),
-                     reasoning=format_reasoning(demo.reasoning, demo.answer))
+                     reasoning=format_reasoning(demo.reasoning, demo.answer),
+                     steps=format_steps(demo.reasoning, demo.answer))
 
 
 def load_prompt(name: str) -> PromptTemplate:
@@ -78,6 +79,11 @@ def format_passages(passages: Sequence[Passage], max_words: int = 60) -> str:
 def format_reasoning(sentences: Sequence[str], answer: str) -> str:
     """Reasoning steps one a line, closed by the answer sentence."""
     return "\n".join([*sentences, answer_sentence(answer)])
+
+
+def format_steps(sentences: Sequence[str], answer: str) -> str:
+    """Reasoning steps numbered "1. ...", one a line, closed by the numbered answer sentence."""
+    return "\n".join(f"{i}. {s}" for i, s in enumerate([*sentences, answer_sentence(answer)], 1))
 
 
 def answer_sentence(answer: str) -> str:

@@ -8,7 +8,8 @@ from pipelines import IRCoT
 from pipelines.prompts import PROMPT_DIR, Demo, PromptTemplate, format_passages, load_demos, load_prompt
 
 TWOWIKI = Path(__file__).resolve().parents[3] / "shared" / "data" / "2wiki" / "questions.jsonl"
-PROMPTS = ["qa_direct", "qa_with_passages", "cot_with_passages"]
+PROMPTS = ["qa_direct", "qa_with_passages", "cot_with_passages", "ircot"]
+DEMO_FILES = ["demos.jsonl", "bridge_demos.jsonl"]
 
 
 def long_passages(n):
@@ -26,8 +27,9 @@ def test_ircot_prompt_with_fifteen_passages_fits_the_budget(tokenizer):
     text = sentence * 8  # 144 words: cut to the pipeline's limit
     ircot = IRCoT(None, None)
     shown = [Passage(str(i), f"Film Title {i}", text) for i in range(ircot.max_passages)]
-    prompt = load_prompt(ircot.prompt).render("Who?", shown, load_demos(limit=ircot.num_demos), ircot.passage_words)
-    assert len(tokenizer(prompt)["input_ids"]) < 1600  # about 1,500 on dense text; less on typical passages
+    demos = load_demos(ircot.demos, limit=ircot.num_demos)
+    prompt = load_prompt(ircot.prompt).render("Who?", shown, demos, ircot.passage_words)
+    assert len(tokenizer(prompt)["input_ids"]) < 1900  # about 1,800 on dense text; less on typical passages
 
 
 def test_passages_are_cut_to_a_word_limit():
@@ -35,18 +37,26 @@ def test_passages_are_cut_to_a_word_limit():
     assert text == "[1] Some Title 0: word0 word1 word2 word3 word4 ..."
 
 
-def test_demos_are_well_formed():
-    demos = load_demos()
+@pytest.mark.parametrize("name", DEMO_FILES)
+def test_demos_are_well_formed(name):
+    demos = load_demos(name)
     assert len(demos) >= 3
     for demo in demos:
-        assert demo.question.endswith("?") and demo.answer and len(demo.passages) == 2 and demo.reasoning
+        assert demo.question.endswith("?") and demo.answer and len(demo.passages) >= 2 and demo.reasoning
+
+
+def test_steps_are_numbered_and_end_with_the_answer():
+    demo = Demo("Who?", "Ann", reasoning=["A is B.", "B is Ann."])
+    text = PromptTemplate("t", "{demos}", "{steps}").render_demo(demo)
+    assert text == "1. A is B.\n2. B is Ann.\n3. So the answer is: Ann."
 
 
 @pytest.mark.skipif(not TWOWIKI.exists(), reason="shared 2Wiki data not present")
-def test_demos_are_not_benchmark_questions():
+@pytest.mark.parametrize("name", DEMO_FILES)
+def test_demos_are_not_benchmark_questions(name):
     benchmark = {json.loads(line)["question"].lower() for line in TWOWIKI.open()}
     titles = {t.lower() for line in TWOWIKI.open() for t in json.loads(line)["gold_titles"]}
-    for demo in load_demos():
+    for demo in load_demos(name):
         assert demo.question.lower() not in benchmark
         assert not {p.title.lower() for p in demo.passages} & titles
 
