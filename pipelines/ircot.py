@@ -1,7 +1,11 @@
 """IRCoT: interleave retrieval with chain-of-thought, one reasoning sentence at a time.
 
-Retrieve with the question; then repeat: write the next reasoning sentence from the passages so far,
-stop if it states the answer, else retrieve with that sentence and add the new passages (up to a cap).
+Retrieve k passages with the question; then repeat: write the next reasoning sentence from the passages so
+far, stop if it states the answer, else retrieve with that sentence (after the question, by default, which
+keeps a sentence about the wrong entity from steering retrieval away) and add the top k passages not seen yet
+(up to a cap). The reasoning is written as numbered lines ("1. ...", "2. ..."), and each step is started with its
+number, so the generator writes one more fact instead of ending its turn. Without a stated answer, the last
+sentence (or, with `final_reader`, a reader over all passages) gives the answer.
 """
 from __future__ import annotations
 
@@ -10,19 +14,23 @@ from orthrus_rag.rag import Answer, Message, Passage, Pipeline, Reasoner, Retrie
 from orthrus_rag.rag.answer import first_sentence
 from pipelines.prompts import load_demos, load_prompt
 
+QUERIES = ("sentence", "question+sentence")
+
 
 class IRCoT(Pipeline):
     """Interleaved retrieval and chain-of-thought; see the module docstring."""
 
-    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 5, max_steps: int = 5,
-                 max_passages: int = 15, final_reader: bool = False, prompt: str = "cot_with_passages",
-                 reader_prompt: str = "qa_with_passages", demos: str = "demos.jsonl", num_demos: int = 2,
-                 passage_words: int = 50, max_tokens: int = 40, reader_max_tokens: int = 32):
+    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_steps: int = 4,
+                 max_passages: int = 12, query: str = "question+sentence", fresh: bool = True, final_reader: bool = True,
+                 prompt: str = "ircot", reader_prompt: str = "qa_with_passages", demos: str = "bridge_demos.jsonl",
+                 num_demos: int = 4, passage_words: int = 50, max_tokens: int = 32, reader_max_tokens: int = 32):
         super().__init__(retriever, reasoner)
         if max_steps < 1 or k < 1 or max_passages < 1:
             raise ValueError(f"k, max_steps and max_passages must be >= 1, got {k}, {max_steps}, {max_passages}")
+        if query not in QUERIES:
+            raise ValueError(f"query must be one of {QUERIES}, got {query!r}")
         self.k, self.max_steps, self.max_passages = k, max_steps, max_passages
-        self.final_reader = final_reader
+        self.query, self.fresh, self.final_reader = query, fresh, final_reader
         self.prompt, self.reader_prompt = prompt, reader_prompt
         self.num_demos, self.passage_words = num_demos, passage_words
         self.max_tokens, self.reader_max_tokens = max_tokens, reader_max_tokens
@@ -34,43 +42,42 @@ class IRCoT(Pipeline):
     async def answer(self, question: str) -> Answer:
         passages = (await self.retrieve(question, self.k))[: self.max_passages]
         reasoning: list[str] = []
-        transcript = ""  # the reasoning as the generator wrote it, line breaks included
         for step in range(self.max_steps):
-            sentence, transcript = await self._next_sentence(question, passages, transcript)
+            sentence = await self._next_sentence(question, passages, reasoning)
             if not sentence or sentence in reasoning:  # nothing new to say: stop early
                 break
             reasoning.append(sentence)
-            transcript += sentence + "\n"
             stated = find_answer(sentence)
             if stated is not None:
                 return Answer(question, stated, passages)
             if step + 1 < self.max_steps and len(passages) < self.max_passages:
-                passages = add_new(passages, await self.retrieve(sentence, self.k), self.max_passages)
+                passages = await self._retrieve_more(question, sentence, passages)
         return Answer(question, await self._fallback(question, passages, reasoning), passages)
 
-    async def _next_sentence(self, question: str, passages: list[Passage], transcript: str) -> tuple[str, str]:
-        """The next reasoning sentence (generation stops at a line break), and the transcript it follows.
+    async def _retrieve_more(self, question: str, sentence: str, passages: list[Passage]) -> list[Passage]:
+        """`passages` plus up to k more found with the sentence (k not seen yet, with `fresh`)."""
+        query = sentence if self.query == "sentence" else f"{question} {sentence}"
+        found = await self.retrieve(query, self.k + len(passages) if self.fresh else self.k)
+        return add_new(passages, found, min(self.max_passages, len(passages) + self.k))
 
-        A generator that opens with a line break (it wants a blank line between steps) gets that line
-        break added to the transcript and one more try.
-        """
+    async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
+        """The next reasoning sentence: the generator continues the numbered steps so far after the next number."""
         user = self._template.render(question, passages, self._demos, self.passage_words)
-        params = SamplingParams(max_tokens=self.max_tokens, stop=["\n"])
-        for _ in range(2):
-            messages: list[Message] = [{"role": "user", "content": user}]
-            if transcript:  # the reasoning so far, which the generator continues
-                messages.append({"role": "assistant", "content": transcript})
-            text = (await self.reason(messages, params)).strip()
-            if text:
-                return first_sentence(text).strip(), transcript
-            transcript += "\n"
-        return "", transcript
+        messages: list[Message] = [{"role": "user", "content": user},
+                                   {"role": "assistant", "content": transcript(reasoning)}]
+        text = await self.reason(messages, SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
+        return first_sentence(text.strip()).strip()
 
     async def _fallback(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         if not self.final_reader:
             return extract_answer(reasoning[-1]) if reasoning else ""
         prompt = self._reader.render(question, passages, self._demos, self.passage_words)
         return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens)))
+
+
+def transcript(reasoning: list[str]) -> str:
+    """The numbered steps so far, then the next step's number for the generator to continue."""
+    return "".join(f"{i}. {s}\n" for i, s in enumerate(reasoning, 1)) + f"{len(reasoning) + 1}."
 
 
 def add_new(passages: list[Passage], found: list[Passage], cap: int) -> list[Passage]:

@@ -2,6 +2,7 @@ import pytest
 
 from orthrus_rag.rag.testing import passages
 from pipelines import IRCoT
+from pipelines.ircot import transcript
 
 Q = "Where was the founder of Velmora born?"
 
@@ -10,37 +11,62 @@ def ids(result):
     return [p.id for p in result.passages]
 
 
+def sentence_only(retriever, reasoner, **settings):
+    return IRCoT(retriever, reasoner, query="sentence", final_reader=False, **settings)
+
+
 async def test_stops_on_the_answer_sentence(retriever, script):
-    reasoner = script(["Velmora was founded by Anton.\n", "Anton was born in Graz. He liked glass.",
-                       "So the answer is: Graz.", "never used"])
-    result = await IRCoT(retriever, reasoner, k=2).answer(Q)
+    reasoner = script([" Velmora was founded by Anton.", " Anton was born in Graz. He liked glass.",
+                       " So the answer is: Graz.", "never used"])
+    result = await sentence_only(retriever, reasoner, k=2).answer(Q)
     assert result.prediction == "Graz"
     assert len(reasoner.calls) == 3
     assert retriever.queries == [Q, "Velmora was founded by Anton.", "Anton was born in Graz."]
     assert [e.kind for e in result.trace] == ["retrieve", "reason", "retrieve", "reason", "retrieve", "reason"]
 
 
-async def test_the_reasoning_so_far_is_continued_one_line_at_a_time(retriever, script):
-    reasoner = script(["First.", "Second.", "So the answer is: x."])
+async def test_the_query_is_the_question_then_the_sentence_by_default(retriever, script):
+    reasoner = script([" Velmora was founded by Anton.", " So the answer is: Graz."])
+    await IRCoT(retriever, reasoner, k=2).answer(Q)
+    assert retriever.queries == [Q, f"{Q} Velmora was founded by Anton."]
+
+
+async def test_each_step_continues_the_numbered_steps_after_the_next_number(retriever, script):
+    reasoner = script(["First.", " Second.", "So the answer is: x."])
     await IRCoT(retriever, reasoner, k=1).answer(Q)
     assert all(call.params.stop == ["\n"] for call in reasoner.calls)
-    assert [m["role"] for m in reasoner.calls[0].input] == ["user"]
-    assert reasoner.calls[2].input[-1] == {"role": "assistant", "content": "First.\nSecond.\n"}
+    assert [m["role"] for m in reasoner.calls[0].input] == ["user", "assistant"]
+    assert reasoner.calls[0].input[-1] == {"role": "assistant", "content": "1."}
+    assert reasoner.calls[2].input[-1] == {"role": "assistant", "content": "1. First.\n2. Second.\n3."}
     assert Q in reasoner.calls[2].input[0]["content"]
 
 
-async def test_new_passages_are_deduplicated_by_id(retriever, script):
-    retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "c"), "Step two.": passages("a", "d")}
+def test_transcript_numbers_the_steps():
+    assert transcript([]) == "1."
+    assert transcript(["A is B.", "B is C."]) == "1. A is B.\n2. B is C.\n3."
+
+
+async def test_each_step_adds_k_passages_not_seen_yet(retriever, script):
+    retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "a", "c", "e"),
+                         "Step two.": passages("a", "d", "c", "e", "f")}
     reasoner = script(["Step one.", "Step two.", "So the answer is: d."])
-    result = await IRCoT(retriever, reasoner, k=2).answer(Q)
-    assert ids(result) == ["a", "b", "c", "d"]
+    result = await sentence_only(retriever, reasoner, k=2).answer(Q)
+    assert ids(result) == ["a", "b", "c", "e", "d", "f"]
+    assert [call.params for call in retriever.calls] == [2, 4, 6]  # k more than those already held
     last_prompt = reasoner.calls[2].input[0]["content"]
-    assert "[4] Title d" in last_prompt and "[5]" not in last_prompt
+    assert "[6] Title f" in last_prompt and "[7]" not in last_prompt
+
+
+async def test_without_fresh_only_the_new_ones_among_the_top_k_are_added(retriever, script):
+    retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "c", "e")}
+    reasoner = script(["Step one.", "So the answer is: c."])
+    result = await sentence_only(retriever, reasoner, k=2, fresh=False).answer(Q)
+    assert ids(result) == ["a", "b", "c"]
 
 
 async def test_respects_the_passage_cap(retriever, script):
     reasoner = script(["One.", "Two.", "Three.", "So the answer is: z."])
-    result = await IRCoT(retriever, reasoner, k=5, max_passages=7).answer(Q)
+    result = await sentence_only(retriever, reasoner, k=5, max_passages=7).answer(Q)
     assert len(result.passages) == 7
     assert ids(result)[5:] == ["One.#0", "One.#1"]
     assert retriever.queries == [Q, "One."]  # once full, no more retrieval
@@ -48,7 +74,7 @@ async def test_respects_the_passage_cap(retriever, script):
 
 async def test_stops_after_max_steps_and_answers_from_the_last_sentence(retriever, script):
     reasoner = script(["A is B.", "B is C.", "C is in Oslo.", "unused"])
-    result = await IRCoT(retriever, reasoner, k=1, max_steps=3).answer(Q)
+    result = await sentence_only(retriever, reasoner, k=1, max_steps=3).answer(Q)
     assert len(reasoner.calls) == 3
     assert retriever.queries == [Q, "A is B.", "B is C."]  # no retrieval after the last step
     assert result.prediction == "C is in Oslo"
@@ -56,7 +82,7 @@ async def test_stops_after_max_steps_and_answers_from_the_last_sentence(retrieve
 
 async def test_final_reader_answers_from_all_passages(retriever, script):
     reasoner = script(["A is B.", "B is C.", "Oslo."])
-    result = await IRCoT(retriever, reasoner, k=1, max_steps=2, final_reader=True).answer(Q)
+    result = await IRCoT(retriever, reasoner, k=1, max_steps=2, query="sentence").answer(Q)
     assert result.prediction == "Oslo" and len(reasoner.calls) == 3
     reader_prompt = reasoner.calls[2].input[-1]["content"]
     assert reader_prompt.rstrip().endswith("Answer:")
@@ -65,26 +91,19 @@ async def test_final_reader_answers_from_all_passages(retriever, script):
 
 async def test_final_reader_is_not_called_when_an_answer_was_stated(retriever, script):
     reasoner = script(["So the answer is: yes."])
-    result = await IRCoT(retriever, reasoner, final_reader=True).answer(Q)
+    result = await IRCoT(retriever, reasoner).answer(Q)
     assert result.prediction == "yes" and len(reasoner.calls) == 1
 
 
-@pytest.mark.parametrize("outputs", [["", " \n"], ["Same.", "Same."]])
+@pytest.mark.parametrize("outputs", [["", "unused"], [" \n", "unused"], ["Same.", "Same."]])
 async def test_stops_when_nothing_new_is_generated(retriever, script, outputs):
     reasoner = script(outputs + ["unused"] * 5)
-    await IRCoT(retriever, reasoner, max_steps=5).answer(Q)
-    assert len(reasoner.calls) == len(outputs)
-
-
-async def test_an_empty_line_is_kept_and_the_step_tried_again(retriever, script):
-    reasoner = script(["First.", "", "So the answer is: x.", "unused"])
-    result = await IRCoT(retriever, reasoner, k=1).answer(Q)
-    assert result.prediction == "x" and len(reasoner.calls) == 3
-    assert reasoner.calls[1].input[-1]["content"] == "First.\n"
-    assert reasoner.calls[2].input[-1]["content"] == "First.\n\n"
-    assert retriever.queries == [Q, "First."]
+    await sentence_only(retriever, reasoner, max_steps=5).answer(Q)
+    assert len(reasoner.calls) == (1 if "unused" in outputs else 2)
 
 
 def test_bad_settings_are_rejected(retriever, script):
     with pytest.raises(ValueError):
         IRCoT(retriever, script([]), max_steps=0)
+    with pytest.raises(ValueError, match="query"):
+        IRCoT(retriever, script([]), query="entities")
