@@ -68,7 +68,8 @@ def ratios(modes: dict[str, ModeResult]) -> dict[str, float | None]:
 
 
 COUNTERS = ("steps", "mixed_steps", "tokens", "generator_s", "embedder_s", "preemptions",
-            "prefix_cache_hit_tokens")
+            "prefix_cache_hit_tokens",
+            "generate_batches", "embed_batches", "generate_s", "embed_s")  # the hf backend's counters
 
 
 def counter_delta(after: dict, before: dict) -> dict:

@@ -104,3 +104,12 @@ def test_rag_config_composes():
     assert sweep.pipeline.name == "ircot" and rag_rates(sweep) == [None, 0.1, 0.2]
     with pytest.raises(UserError, match="rates"):
         rag_rates(bad)
+
+
+def test_hf_counters_are_deltas():
+    from eval.bench.runner import engine_delta
+
+    before = {"generate_batches": 3, "embed_batches": 2, "generate_s": 10.0, "embed_s": 1.0}
+    after = {"generate_batches": 5, "embed_batches": 2, "generate_s": 14.5, "embed_s": 1.25}
+    assert engine_delta(after, before) == {"generate_batches": 2, "embed_batches": 0, "generate_s": 4.5,
+                                           "embed_s": 0.25}
