@@ -2,9 +2,10 @@
 
 Each mode gets a backend (eval/bench/backends.py) that stands in for the engine under `DenseRetriever` and
 `EngineReasoner`, so the pipeline code is the same everywhere. The index is loaded from its cache folder, or built
-once through an engine configured as for `hetero`, and shared by all modes. Per mode: a few made-up warm-up
-questions (untimed), then one timed run per load (open loop at each rate, or a closed loop), with every retrieve
-and reason call logged and the engine counters sampled every `sample_interval_s` for the timeline plots.
+once through an engine configured as for `hetero`, and shared by all modes. Each mode and load gets a fresh backend
+(a cold prefix cache: the same questions asked again would otherwise find their prompts cached): a few made-up
+warm-up questions (untimed), then the timed run (open loop at the load's rate, or a closed loop), with every
+retrieve and reason call logged and the engine counters sampled every `sample_interval_s` for the timeline plots.
 """
 from __future__ import annotations
 
@@ -180,7 +181,8 @@ def make_rag_pipeline(setup: RagSetup, engine: Any, index: Any) -> Any:
     return build_pipeline(name, DenseRetriever(engine, index, setup.pooling), EngineReasoner(engine), **settings)
 
 
-async def run_mode(mode: str, backend: Any, setup: RagSetup, index: Any, loads: list[Load]) -> list[RunData]:
+async def run_load(mode: str, backend: Any, setup: RagSetup, index: Any, load: Load) -> RunData:
+    """Warm-up questions (untimed), then every question under `load`, with calls logged and counters sampled."""
     logged = LoggedBackend(backend)
     pipeline = make_rag_pipeline(setup, logged, index)
     texts = [q.question for q in setup.questions]
@@ -188,34 +190,32 @@ async def run_mode(mode: str, backend: Any, setup: RagSetup, index: Any, loads: 
         warmup = [WARMUP_TEMPLATE.format(i + 1) for i in range(setup.workload.warmup_questions)]
         await pipeline.run(warmup, concurrency=None, progress=False)
         logged.take()
-    runs = []
-    for load in loads:
-        tqdm.write(f"{mode}: {len(texts)} questions, {load.label}")
-        before = await backend.stats()
-        async with Sampler(backend, setup.workload.sample_interval_s) as sampler:
-            start = time.perf_counter()
-            answers = await pipeline.run(texts, concurrency=load.concurrency(), arrivals=load.arrivals(len(texts)))
-            wall = time.perf_counter() - start
-        engine = engine_delta(await backend.stats(), before)
-        runs.append(RunData(mode, load, answers, wall, logged.take(), sampler.samples, engine, start))
-    return runs
+    tqdm.write(f"{mode}: {len(texts)} questions, {load.label}")
+    before = await backend.stats()
+    async with Sampler(backend, setup.workload.sample_interval_s) as sampler:
+        start = time.perf_counter()
+        answers = await pipeline.run(texts, concurrency=load.concurrency(), arrivals=load.arrivals(len(texts)))
+        wall = time.perf_counter() - start
+    engine = engine_delta(await backend.stats(), before)
+    return RunData(mode, load, answers, wall, logged.take(), sampler.samples, engine, start)
 
 
 def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) -> dict:
-    """Every mode on the same questions and arrival times; returns the bench.json dictionary (workload rag)."""
+    """Every mode on the same questions and arrival times; returns the bench.json dictionary (workload rag).
+    Each (mode, load) gets a fresh backend, so no load finds the previous one's prompts in the prefix cache."""
     loads = setup.workload.loads(rates)
     index = shared_index(setup)
     summaries: dict[str, dict[str, dict]] = {load.label: {} for load in loads}
     for mode in modes:
-        backend = make_backend(mode, setup.config, SamplingParams(), setup.pooling)  # pipelines pass their own
-        try:
-            runs = asyncio.run(run_mode(mode, backend, setup, index, loads))
-        finally:
-            backend.close()
-            del backend
-            gc.collect()
-        for run in runs:
-            summaries[run.load.label][mode] = summarize_run(run, setup.questions, setup.workload.slo_s)
+        for load in loads:
+            backend = make_backend(mode, setup.config, SamplingParams(), setup.pooling)  # pipelines pass their own
+            try:
+                run = asyncio.run(run_load(mode, backend, setup, index, load))
+            finally:
+                backend.close()
+                del backend
+                gc.collect()
+            summaries[load.label][mode] = summarize_run(run, setup.questions, setup.workload.slo_s)
     return assemble(summaries, loads, setup, modes)
 
 

@@ -54,6 +54,8 @@ def test_rag_bench_end_to_end(setup, tmp_path):
         assert entry["ratios"]["p99_reduction_vs_alternating"] == pytest.approx(
             1 - hetero["p99_s"] / alternating["p99_s"])
         assert entry["ratios"]["p99_reduction_vs_isolated"] is None
+    closed, open_ = (bench["sweep"][i]["modes"]["hetero"]["engine"]["tokens"]["prefill"] for i in (0, 1))
+    assert open_ > 0.5 * closed  # a fresh engine per load: the same prompts are not found cached
     offsets = arrival_offsets(3, 20.0, 1.0, 3)
     assert bench["sweep"][1]["modes"]["hetero"]["wall_s"] >= offsets[-1]  # the last question arrived in the run
     assert set(bench["modes"]["hetero"]) >= {"qps", "p50_s", "p90_s", "p99_s", "acc"}
