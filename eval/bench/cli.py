@@ -26,12 +26,18 @@ from orthrus_rag.cli.common import CONF_DIR, UserError, check_conf_dir, engine_c
 APP = "orthrus-rag-bench"
 
 
-def workload_from_config(cfg: DictConfig):
-    from eval.bench import MODES, Phase, Workload
+def check_modes(cfg: DictConfig) -> None:
+    from eval.bench import MODES
 
     unknown = [m for m in cfg.modes if m not in MODES]
     if unknown:
         raise UserError(f"unknown modes {unknown}; choose from {list(MODES)}")
+
+
+def workload_from_config(cfg: DictConfig):
+    from eval.bench import Phase, Workload
+
+    check_modes(cfg)
     spec = OmegaConf.to_container(cfg.workload, resolve=True)
     spec["phases"] = [Phase(**p) for p in spec["phases"]]
     return Workload(**spec)
@@ -43,9 +49,7 @@ def rag_setup(cfg: DictConfig):
     from eval.experiment import DatasetSpec, make_pipeline, read_questions
     from orthrus_rag.cli.common import IndexSpec, embedder_name, index_folder, read_corpus
 
-    unknown = [m for m in cfg.modes if m not in ("hetero", "isolated", "alternating", "hf")]
-    if unknown:
-        raise UserError(f"unknown modes {unknown}; choose from hetero, isolated, alternating, hf")
+    check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
     passages = read_corpus(spec.corpus)
