@@ -134,13 +134,13 @@ def plot_step_composition(entry: dict, path: Path) -> Path | None:
 
 
 def step_spans(rows: list[dict]) -> list[dict]:
-    """Timeline rows merged so that each holds at least one step: a step longer than the sampling interval shows
-    up in the sample after it ends, so the intervals before it (no step finished) are folded into its row and its
-    busy time is spread over them. Trailing rows with no step are kept as they are."""
+    """Timeline rows merged so that a step longer than the sampling interval fills the intervals it spans: it shows
+    up in the sample after it ends, so intervals with no finished step while the engine held work are folded into
+    the row where the step ends, its busy time spread over them. Idle intervals (no work held) stay as they are."""
     spans, pending = [], None
     for row in rows:
         pending = dict(row) if pending is None else _merge(pending, row)
-        if pending["steps"]:
+        if pending["steps"] or not row.get("in_flight", 1):
             spans.append(pending)
             pending = None
     return spans + ([pending] if pending else [])

@@ -82,7 +82,8 @@ def _busy_share(engine: dict, wall_s: float) -> dict[str, Any]:
 
 
 def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
-    """Counter deltas between consecutive samples: per interval, steps, tokens by kind and busy seconds.
+    """Counter deltas between consecutive samples: per interval, steps, tokens by kind and busy seconds, and the
+    requests the engine held after its last finished step (`in_flight`: nonzero means a step was under way).
     Empty unless the counters are a single engine's (hetero, alternating)."""
     if len(samples) < 2 or "tokens" not in samples[0][1]:
         return []
@@ -91,6 +92,7 @@ def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
         row = {"t": round(t1, 3), "dt": round(t1 - t0, 4), "steps": b["steps"] - a["steps"],
                "busy_s": round(b["generator_s"] + b["embedder_s"] - a["generator_s"] - a["embedder_s"], 4)}
         row.update({k: b["tokens"].get(k, 0) - a["tokens"].get(k, 0) for k in TOKEN_KINDS})
+        row["in_flight"] = b.get("running", 0) + sum(b.get("waiting", {}).values())
         rows.append(row)
     return rows
 

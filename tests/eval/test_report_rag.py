@@ -30,7 +30,8 @@ def test_time_share_and_timeline():
     assert time_share({"generate_s": 2.0, "embed_s": 1.0}, 4.0) == {"generate": 0.5, "embed": 0.25, "idle": 0.25}
     zero = {"steps": 0, "generator_s": 0.0, "embedder_s": 0.0, "tokens": {"decode": 0, "prefill": 0, "embed": 0}}
     rows = timeline([(0.0, zero), (0.5, engine)])
-    assert rows == [{"t": 0.5, "dt": 0.5, "steps": 4, "busy_s": 4.0, "decode": 8, "prefill": 40, "embed": 12}]
+    assert rows == [{"t": 0.5, "dt": 0.5, "steps": 4, "busy_s": 4.0, "decode": 8, "prefill": 40, "embed": 12,
+                     "in_flight": 0}]
     assert timeline([(0.0, {"embed": zero}), (1.0, {"embed": zero})]) == []  # isolated: no single engine
 
 
@@ -108,10 +109,13 @@ def test_merge_and_cli(tmp_path):
 def test_step_spans_fold_long_steps():
     from eval.report import step_spans
 
-    def row(t, steps, busy, decode=0):
-        return {"t": t, "dt": 0.25, "steps": steps, "busy_s": busy, "decode": decode, "prefill": 0, "embed": 0}
+    def row(t, steps, busy, decode=0, in_flight=1):
+        return {"t": t, "dt": 0.25, "steps": steps, "busy_s": busy, "decode": decode, "prefill": 0, "embed": 0,
+                "in_flight": in_flight}
 
-    rows = [row(0.25, 2, 0.2, 4), row(0.5, 0, 0.0), row(0.75, 0, 0.0), row(1.0, 1, 0.7, 1), row(1.25, 0, 0.0)]
+    rows = [row(0.25, 2, 0.2, 4), row(0.5, 0, 0.0), row(0.75, 0, 0.0), row(1.0, 1, 0.7, 1, 0),
+            row(1.25, 0, 0.0, 0, 0), row(1.5, 1, 0.1, 2), row(1.75, 0, 0.0)]
     spans = step_spans(rows)
     assert [(s["t"], s["dt"], s["steps"], s["busy_s"], s["decode"]) for s in spans] == [
-        (0.25, 0.25, 2, 0.2, 4), (1.0, 0.75, 1, 0.7, 1), (1.25, 0.25, 0, 0.0, 0)]
+        (0.25, 0.25, 2, 0.2, 4), (1.0, 0.75, 1, 0.7, 1), (1.25, 0.25, 0, 0.0, 0), (1.5, 0.25, 1, 0.1, 2),
+        (1.75, 0.25, 0, 0.0, 0)]
