@@ -48,10 +48,7 @@ class AsyncEngine:
     # ---- public API -----------------------------------------------------------------------------------------
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None,
                        request_id: str | None = None) -> GenerateOutput:
-        async for delta in self._submit(prompt, params or SamplingParams(), request_id):
-            if delta.finished:
-                return delta.result
-        raise RequestAbortedError("generation request ended without a result")
+        return await self._result(self._submit(prompt, params or SamplingParams(), request_id))
 
     async def stream(self, prompt: Prompt, params: SamplingParams | None = None,
                      request_id: str | None = None) -> AsyncIterator[str]:
@@ -68,10 +65,7 @@ class AsyncEngine:
 
     async def embed(self, input: Prompt, params: PoolingParams | None = None,
                     request_id: str | None = None) -> EmbedOutput:
-        async for delta in self._submit(input, params or PoolingParams(), request_id):
-            if delta.finished:
-                return delta.result
-        raise RequestAbortedError("embedding request ended without a result")
+        return await self._result(self._submit(input, params or PoolingParams(), request_id))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id, None, None))
@@ -90,6 +84,14 @@ class AsyncEngine:
             self._thread.join()
 
     # ---- plumbing -------------------------------------------------------------------------------------------
+    @staticmethod
+    async def _result(outputs: AsyncIterator[StepOutput]):
+        """The final result of a submitted request."""
+        async for delta in outputs:
+            if delta.finished:
+                return delta.result
+        raise RequestAbortedError("request ended without a result")
+
     async def _submit(self, prompt, params, request_id) -> AsyncIterator[StepOutput]:
         if self._dead is not None:
             raise EngineDeadError(f"the engine is not running ({self._dead}); create a new one")

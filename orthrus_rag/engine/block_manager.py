@@ -83,9 +83,6 @@ class BlockManager:
         seq.block_table = []
         seq.block_hashes = []
 
-    def slot(self, seq: Sequence, position: int) -> int:
-        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
-
     def _take(self) -> int:
         block, _ = self.free.popitem(last=False)
         self._forget(block)

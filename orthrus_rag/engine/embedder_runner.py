@@ -29,9 +29,6 @@ class EmbedderRunner:
         """Token ids without special tokens; windows add them."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def num_tokens(self, ids: list[int]) -> int:
-        return len(ids) + (len(self.prefix) + len(self.suffix)) * len(self._windows(ids))
-
     @torch.inference_mode()
     def embed(self, seqs: list[Sequence]) -> dict[str, torch.Tensor]:
         windows, owners = [], []
