@@ -15,14 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.cli.common import (CONF_DIR, UserError, check_conf_dir, guarded, index_folder, load_index,
-                                    pooling_params, read_corpus, start_engine)
+from orthrus_rag.cli.common import (UserError, index_folder, launch, load_index, pooling_params, read_corpus,
+                                    start_engine)
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 
 APP = "orthrus-rag"
@@ -179,8 +178,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def main() -> None:
-    check_conf_dir("config")
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(guarded(APP, run))()
+    launch(APP, "config", run)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.cli.common import CONF_DIR, UserError, check_conf_dir, engine_config, guarded, pooling_params
+from orthrus_rag.cli.common import UserError, engine_config, launch, pooling_params
 
 APP = "orthrus-rag-bench"
 
@@ -108,8 +107,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 def main() -> None:
-    check_conf_dir("bench")
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="bench")(guarded(APP, run))()
+    launch(APP, "bench", run)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 from the `index` group, and clean exits for user mistakes."""
 from __future__ import annotations
 
+import hydra
+
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,12 @@ def guarded(app: str, task: Callable[[DictConfig], T]) -> Callable[[DictConfig],
 
     run.__name__ = task.__name__
     return run
+
+
+def launch(app: str, config_name: str, task: Callable[[DictConfig], T]) -> None:
+    """Run `task` as a Hydra app over `conf/<config_name>.yaml`, user errors as one-line messages."""
+    check_conf_dir(config_name)
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(guarded(app, task))()
 
 
 # ---- engine -------------------------------------------------------------------------------------------------

@@ -11,13 +11,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from indexes.manifest import MANIFEST_FILE
-from orthrus_rag.cli.common import (CONF_DIR, check_conf_dir, guarded, index_folder, load_index, read_corpus,
-                                    start_engine)
+from orthrus_rag.cli.common import index_folder, launch, load_index, read_corpus, start_engine
 from orthrus_rag.demo import demo_corpus_path
 
 APP = "orthrus-rag-index"
@@ -72,8 +70,7 @@ def run(cfg: DictConfig) -> IndexReport:
 
 
 def main() -> None:
-    check_conf_dir("index")
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="index")(guarded(APP, run))()
+    launch(APP, "index", run)
 
 
 if __name__ == "__main__":
