@@ -6,6 +6,9 @@ import re
 # "So the answer is: X", "the answer is X", "Final answer: X", "The answer would be X"
 _MARKER = re.compile(r"\banswer\s*(?:is|was|would\s+be|:)\s*:?\s*", re.IGNORECASE)
 _LEADING_LABEL = re.compile(r"^\s*(?:final\s+answer|short\s+answer|answer|a)\s*[:\-]\s*", re.IGNORECASE)
+# a copied passage label: "[3] ", "(3) ", "3) ", "3. "
+_PASSAGE_LABEL = re.compile(r"^\s*(?:\[\d+\]|\(\d+\)|\d+[.)])\s+")
+_TITLE_WORDS = 10
 _YES_NO = re.compile(r"^(yes|no)(?:$|[\s]*[,.;:!\-])", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?=\s+[\"'(A-Z0-9]|\s*$)")
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "ft", "vs", "inc", "ltd", "co", "no", "prof",
@@ -50,9 +53,22 @@ def clean_answer(text: str) -> str:
     """The first line and sentence of `text`, without labels, quotes, markup or trailing punctuation."""
     line = _first_line(text.replace("**", "").replace("__", ""))
     line = _LEADING_LABEL.sub("", line, count=1)
+    line = _copied_title(line)
     line = first_sentence(line).strip().strip(_QUOTES).rstrip(_TRAILING).strip(_QUOTES).strip()
     yes_no = _YES_NO.match(line)
     return yes_no.group(1).lower() if yes_no else line
+
+
+def _copied_title(line: str) -> str:
+    """The title when the line copies a passage as the prompts show them ("[3] Title: text" or
+    "Title: Title is ..."): a reader naming the passage it found the answer in; else the line unchanged."""
+    unlabelled = _PASSAGE_LABEL.sub("", line, count=1)
+    head, sep, tail = unlabelled.partition(": ")
+    if not sep or len(head.split()) > _TITLE_WORDS:
+        return unlabelled
+    if unlabelled != line or tail.lower().startswith(head.lower()):
+        return head
+    return unlabelled
 
 
 def first_sentence(text: str) -> str:

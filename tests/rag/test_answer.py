@@ -37,6 +37,13 @@ CASES = [
     ("\n\nBerlin\n", "Berlin"),
     ("He was born in 1901. So the answer is: 1901.", "1901"),
     ("The film came out first. The answer is X.\nSo the answer is: Y.", "Y"),
+    ("[5] Waking the Dead (film)", "Waking the Dead (film)"),
+    ("1) Everybody's Hobby", "Everybody's Hobby"),
+    ("1) How Moscha Came Back: The film is a 1954 drama film about", "How Moscha Came Back"),
+    ("The Romance of Max: The Romance of Max is a 1912 French short film.", "The Romance of Max"),
+    ("[2] Oslo: Oslo is the capital of Norway.", "Oslo"),
+    ("Date of birth: 3 May 1901", "Date of birth: 3 May 1901"),
+    ("1901.", "1901"),
     ("", ""),
     ("   ", ""),
 ]
