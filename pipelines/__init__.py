@@ -7,6 +7,7 @@ from orthrus_rag.rag import Pipeline, Reasoner, Retriever
 from pipelines.ircot import IRCoT
 from pipelines.iter_retgen import IterRetGen
 from pipelines.no_retrieval import NoRetrieval
+from pipelines.self_ask import SelfAsk
 from pipelines.standard_rag import StandardRAG
 
 PIPELINES: dict[str, type[Pipeline]] = {
@@ -14,6 +15,7 @@ PIPELINES: dict[str, type[Pipeline]] = {
     "standard_rag": StandardRAG,
     "ircot": IRCoT,
     "iter_retgen": IterRetGen,
+    "self_ask": SelfAsk,
 }
 
 
@@ -29,4 +31,4 @@ def build_pipeline(name: str, retriever: Retriever | None, reasoner: Reasoner, *
     return cls(retriever, reasoner, **settings)
 
 
-__all__ = ["PIPELINES", "IRCoT", "IterRetGen", "NoRetrieval", "StandardRAG", "build_pipeline"]
+__all__ = ["PIPELINES", "IRCoT", "IterRetGen", "NoRetrieval", "SelfAsk", "StandardRAG", "build_pipeline"]

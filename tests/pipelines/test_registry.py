@@ -4,7 +4,7 @@ from orthrus_rag.rag.testing import ScriptedReasoner, ScriptedRetriever
 from pipelines import PIPELINES, build_pipeline
 
 
-@pytest.mark.parametrize("name", ["no_retrieval", "standard_rag", "ircot", "iter_retgen"])
+@pytest.mark.parametrize("name", ["no_retrieval", "standard_rag", "ircot", "iter_retgen", "self_ask"])
 async def test_every_pipeline_builds_and_answers(name):
     pipeline = build_pipeline(name, ScriptedRetriever(), ScriptedReasoner(lambda _: "So the answer is: yes."))
     assert isinstance(pipeline, PIPELINES[name])

@@ -1,0 +1,72 @@
+"""Self-ask with search: the generator asks itself follow-up questions, and each is answered from retrieval.
+
+Retrieve k passages with the question. Then repeat: the generator writes the next line of its transcript,
+either "Follow up: <question>" or "So the final answer is: <answer>". A follow-up retrieves k passages not
+seen yet (up to a cap), a reader answers it from the passages it retrieved, and the transcript gains
+"Intermediate answer: <answer>." Without a final answer after `max_follow_ups`, a reader answers the
+question from all passages.
+"""
+from __future__ import annotations
+
+import re
+
+from orthrus_rag.engine import SamplingParams
+from orthrus_rag.rag import Answer, Message, Passage, Pipeline, Reasoner, Retriever, extract_answer, find_answer
+from pipelines.ircot import add_new
+from pipelines.prompts import load_demos, load_prompt
+
+FOLLOW_UP = "Follow up:"
+INTERMEDIATE = "Intermediate answer:"
+_FINAL = re.compile(r"final answer", re.IGNORECASE)
+
+
+class SelfAsk(Pipeline):
+    """Follow-up questions answered by retrieval; see the module docstring."""
+
+    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_follow_ups: int = 3,
+                 max_passages: int = 12, prompt: str = "self_ask", reader_prompt: str = "qa_with_passages",
+                 demos: str = "demos.jsonl", num_demos: int = 2, passage_words: int = 50, max_tokens: int = 32,
+                 reader_max_tokens: int = 24):
+        super().__init__(retriever, reasoner)
+        if k < 1 or max_follow_ups < 1 or max_passages < 1:
+            raise ValueError(f"k, max_follow_ups and max_passages must be >= 1, got {k}, {max_follow_ups}, "
+                             f"{max_passages}")
+        self.k, self.max_follow_ups, self.max_passages = k, max_follow_ups, max_passages
+        self.prompt, self.reader_prompt = prompt, reader_prompt
+        self.num_demos, self.passage_words = num_demos, passage_words
+        self.max_tokens, self.reader_max_tokens = max_tokens, reader_max_tokens
+        self._template = load_prompt(prompt)
+        self._reader = load_prompt(reader_prompt)
+        self.demos = demos
+        self._demos = load_demos(demos, num_demos) if num_demos else []
+
+    async def answer(self, question: str) -> Answer:
+        passages = (await self.retrieve(question, self.k))[: self.max_passages]
+        lines: list[str] = []
+        for _ in range(self.max_follow_ups):
+            line = await self._next_line(question, lines)
+            if _FINAL.search(line):
+                stated = find_answer(line)
+                if stated is not None:
+                    return Answer(question, stated, passages)
+                break
+            follow_up = line.removeprefix(FOLLOW_UP).strip()
+            if not follow_up or f"{FOLLOW_UP} {follow_up}" in lines:  # nothing new to ask
+                break
+            found = await self.retrieve(follow_up, self.k + len(passages))
+            passages = add_new(passages, found, min(self.max_passages, len(passages) + self.k))
+            lines += [f"{FOLLOW_UP} {follow_up}", f"{INTERMEDIATE} {await self._read(follow_up, found[: self.k])}."]
+        return Answer(question, await self._read(question, passages), passages)
+
+    async def _next_line(self, question: str, lines: list[str]) -> str:
+        """The generator's next line; the first one is started as a follow-up question."""
+        start = "" if lines else FOLLOW_UP
+        messages: list[Message] = [{"role": "user", "content": self._template.render(question)},
+                                   {"role": "assistant", "content": "\n".join([*lines, start])}]
+        params = SamplingParams(max_tokens=self.max_tokens, stop=["\n", INTERMEDIATE])
+        return (start + await self.reason(messages, params)).strip()
+
+    async def _read(self, question: str, passages: list[Passage]) -> str:
+        """A short answer to `question` from `passages`."""
+        prompt = self._reader.render(question, passages, self._demos, self.passage_words)
+        return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens)))
