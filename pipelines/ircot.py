@@ -6,13 +6,17 @@ keeps a sentence about the wrong entity from steering retrieval away) and add th
 (up to a cap). The reasoning is written as numbered lines ("1. ...", "2. ..."), and each step is started with its
 number, so the generator writes one more fact instead of ending its turn. Without a stated answer, the last
 sentence (or, with `final_reader`, a reader over all passages) gives the answer.
+
+Two settings help a small generator read: with `demo_turns` the worked examples come as earlier turns of the
+chat, so their passages are not mistaken for this question's; with `best_last` the passages are listed best
+last, nearest the question.
 """
 from __future__ import annotations
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Message, Passage, Pipeline, Reasoner, Retriever, extract_answer, find_answer
 from orthrus_rag.rag.answer import first_sentence
-from pipelines.prompts import load_demos, load_prompt
+from pipelines.prompts import format_steps, load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
 
@@ -23,7 +27,8 @@ class IRCoT(Pipeline):
     def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_steps: int = 4,
                  max_passages: int = 12, query: str = "question+sentence", fresh: bool = True, final_reader: bool = True,
                  prompt: str = "ircot", reader_prompt: str = "qa_with_passages", demos: str = "bridge_demos.jsonl",
-                 num_demos: int = 4, passage_words: int = 50, max_tokens: int = 32, reader_max_tokens: int = 32):
+                 num_demos: int = 4, demo_turns: bool = False, best_last: bool = False, passage_words: int = 50,
+                 max_tokens: int = 32, reader_max_tokens: int = 32):
         super().__init__(retriever, reasoner)
         if max_steps < 1 or k < 1 or max_passages < 1:
             raise ValueError(f"k, max_steps and max_passages must be >= 1, got {k}, {max_steps}, {max_passages}")
@@ -33,6 +38,7 @@ class IRCoT(Pipeline):
         self.query, self.fresh, self.final_reader = query, fresh, final_reader
         self.prompt, self.reader_prompt = prompt, reader_prompt
         self.num_demos, self.passage_words = num_demos, passage_words
+        self.demo_turns, self.best_last = demo_turns, best_last
         self.max_tokens, self.reader_max_tokens = max_tokens, reader_max_tokens
         self._template = load_prompt(prompt)
         self._reader = load_prompt(reader_prompt)
@@ -62,11 +68,21 @@ class IRCoT(Pipeline):
 
     async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         """The next reasoning sentence: the generator continues the numbered steps so far after the next number."""
-        user = self._template.render(question, passages, self._demos, self.passage_words)
-        messages: list[Message] = [{"role": "user", "content": user},
+        shown = passages[::-1] if self.best_last else passages
+        inline = () if self.demo_turns else self._demos
+        user = self._template.render(question, shown, inline, self.passage_words)
+        messages: list[Message] = [*self._demo_messages(), {"role": "user", "content": user},
                                    {"role": "assistant", "content": transcript(reasoning)}]
         text = await self.reason(messages, SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
         return first_sentence(text.strip()).strip()
+
+    def _demo_messages(self) -> list[Message]:
+        """With `demo_turns`, each worked example as a user turn (its passages and question) and the answer turn."""
+        if not self.demo_turns:
+            return []
+        return [message for demo in self._demos for message in (
+            {"role": "user", "content": self._template.render(demo.question, demo.passages, (), self.passage_words)},
+            {"role": "assistant", "content": format_steps(demo.reasoning, demo.answer)})]
 
     async def _fallback(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         if not self.final_reader:

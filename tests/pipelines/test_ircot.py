@@ -107,3 +107,24 @@ def test_bad_settings_are_rejected(retriever, script):
         IRCoT(retriever, script([]), max_steps=0)
     with pytest.raises(ValueError, match="query"):
         IRCoT(retriever, script([]), query="entities")
+
+
+async def test_demo_turns_put_each_worked_example_in_its_own_turns(retriever, script):
+    reasoner = script(["So the answer is: Graz."])
+    pipeline = IRCoT(retriever, reasoner, k=1, num_demos=2, demo_turns=True)
+    await pipeline.answer(Q)
+    messages = reasoner.calls[0].input
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+    first, second = pipeline._demos
+    assert first.question in messages[0]["content"] and second.question not in messages[0]["content"]
+    assert messages[1]["content"].startswith("1. " + first.reasoning[0])
+    assert messages[1]["content"].endswith(f"So the answer is: {first.answer}.")
+    assert Q in messages[4]["content"] and first.question not in messages[4]["content"]
+
+
+async def test_best_last_lists_the_best_passage_nearest_the_question(retriever, script):
+    retriever.results = {Q: passages("a", "b", "c")}
+    reasoner = script(["So the answer is: Graz."])
+    await IRCoT(retriever, reasoner, k=3, best_last=True, num_demos=0).answer(Q)
+    prompt = reasoner.calls[0].input[0]["content"]
+    assert prompt.index("Title c") < prompt.index("Title b") < prompt.index("Title a") < prompt.index(Q)
