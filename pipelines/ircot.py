@@ -14,9 +14,9 @@ last, nearest the question.
 from __future__ import annotations
 
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.rag import Answer, Message, Passage, Pipeline, Reasoner, Retriever, extract_answer, find_answer
+from orthrus_rag.rag import Answer, Passage, Pipeline, Reasoner, Retriever, extract_answer, find_answer
 from orthrus_rag.rag.answer import first_sentence
-from pipelines.prompts import format_steps, load_demos, load_prompt
+from pipelines.prompts import load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
 
@@ -69,25 +69,15 @@ class IRCoT(Pipeline):
     async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         """The next reasoning sentence: the generator continues the numbered steps so far after the next number."""
         shown = passages[::-1] if self.best_last else passages
-        inline = () if self.demo_turns else self._demos
-        user = self._template.render(question, shown, inline, self.passage_words)
-        messages: list[Message] = [*self._demo_messages(), {"role": "user", "content": user},
-                                   {"role": "assistant", "content": transcript(reasoning)}]
+        messages = self._template.messages(question, shown, self._demos, self.passage_words, self.demo_turns)
+        messages.append({"role": "assistant", "content": transcript(reasoning)})
         text = await self.reason(messages, SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
         return first_sentence(text.strip()).strip()
-
-    def _demo_messages(self) -> list[Message]:
-        """With `demo_turns`, each worked example as a user turn (its passages and question) and the answer turn."""
-        if not self.demo_turns:
-            return []
-        return [message for demo in self._demos for message in (
-            {"role": "user", "content": self._template.render(demo.question, demo.passages, (), self.passage_words)},
-            {"role": "assistant", "content": format_steps(demo.reasoning, demo.answer)})]
 
     async def _fallback(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         if not self.final_reader:
             return extract_answer(reasoning[-1]) if reasoning else ""
-        prompt = self._reader.render(question, passages, self._demos, self.passage_words)
+        prompt = self._reader.messages(question, passages, self._demos, self.passage_words, self.demo_turns)
         return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens)))
 
 

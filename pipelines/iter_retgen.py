@@ -15,12 +15,13 @@ class IterRetGen(Pipeline):
 
     def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 5, iterations: int = 3,
                  prompt: str = "cot_with_passages", demos: str = "demos.jsonl", num_demos: int = 2,
-                 passage_words: int = 60, max_tokens: int = 100):
+                 demo_turns: bool = False, passage_words: int = 60, max_tokens: int = 100):
         super().__init__(retriever, reasoner)
         if iterations < 1 or k < 1:
             raise ValueError(f"k and iterations must be >= 1, got k={k}, iterations={iterations}")
         self.k, self.iterations = k, iterations
         self.prompt, self.num_demos, self.passage_words = prompt, num_demos, passage_words
+        self.demo_turns = demo_turns
         self.max_tokens = max_tokens
         self._template = load_prompt(prompt)
         self.demos = demos
@@ -34,7 +35,7 @@ class IterRetGen(Pipeline):
         return Answer(question, extract_answer(generation, from_end=True), passages)
 
     async def _generate(self, question: str, passages: list[Passage]) -> str:
-        prompt = self._template.render(question, passages, self._demos, self.passage_words)
+        prompt = self._template.messages(question, passages, self._demos, self.passage_words, self.demo_turns)
         params = SamplingParams(max_tokens=self.max_tokens, stop=["\nPassages:", "\nQuestion:"])
         return (await self.reason(prompt, params)).strip()
 

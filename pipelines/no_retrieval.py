@@ -10,16 +10,16 @@ class NoRetrieval(Pipeline):
     """Ask the generator directly; the retriever (if given) is never used."""
 
     def __init__(self, retriever: Retriever | None, reasoner: Reasoner, *, prompt: str = "qa_direct",
-                 demos: str = "demos.jsonl", num_demos: int = 4, max_tokens: int = 32):
+                 demos: str = "demos.jsonl", num_demos: int = 4, demo_turns: bool = False, max_tokens: int = 32):
         super().__init__(retriever, reasoner)
         self.prompt = prompt
-        self.num_demos = num_demos
+        self.num_demos, self.demo_turns = num_demos, demo_turns
         self.max_tokens = max_tokens
         self._template = load_prompt(prompt)
         self.demos = demos
         self._demos = load_demos(demos, num_demos) if num_demos else []
 
     async def answer(self, question: str) -> Answer:
-        prompt = self._template.render(question, demos=self._demos)
+        prompt = self._template.messages(question, demos=self._demos, demo_turns=self.demo_turns)
         text = await self.reason(prompt, SamplingParams(max_tokens=self.max_tokens))
         return Answer(question, extract_answer(text))

@@ -25,15 +25,15 @@ class SelfAsk(Pipeline):
 
     def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_follow_ups: int = 3,
                  max_passages: int = 12, prompt: str = "self_ask", reader_prompt: str = "qa_with_passages",
-                 demos: str = "demos.jsonl", num_demos: int = 2, passage_words: int = 50, max_tokens: int = 32,
-                 reader_max_tokens: int = 24):
+                 demos: str = "demos.jsonl", num_demos: int = 2, demo_turns: bool = False, passage_words: int = 50,
+                 max_tokens: int = 32, reader_max_tokens: int = 24):
         super().__init__(retriever, reasoner)
         if k < 1 or max_follow_ups < 1 or max_passages < 1:
             raise ValueError(f"k, max_follow_ups and max_passages must be >= 1, got {k}, {max_follow_ups}, "
                              f"{max_passages}")
         self.k, self.max_follow_ups, self.max_passages = k, max_follow_ups, max_passages
         self.prompt, self.reader_prompt = prompt, reader_prompt
-        self.num_demos, self.passage_words = num_demos, passage_words
+        self.num_demos, self.passage_words, self.demo_turns = num_demos, passage_words, demo_turns
         self.max_tokens, self.reader_max_tokens = max_tokens, reader_max_tokens
         self._template = load_prompt(prompt)
         self._reader = load_prompt(reader_prompt)
@@ -68,5 +68,5 @@ class SelfAsk(Pipeline):
 
     async def _read(self, question: str, passages: list[Passage]) -> str:
         """A short answer to `question` from `passages`."""
-        prompt = self._reader.render(question, passages, self._demos, self.passage_words)
+        prompt = self._reader.messages(question, passages, self._demos, self.passage_words, self.demo_turns)
         return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens)))

@@ -10,11 +10,12 @@ class StandardRAG(Pipeline):
     """One retrieval of `k` passages, one generation."""
 
     def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 5, prompt: str = "qa_with_passages",
-                 demos: str = "demos.jsonl", num_demos: int = 2, passage_words: int = 60, max_tokens: int = 32):
+                 demos: str = "demos.jsonl", num_demos: int = 2, demo_turns: bool = False, passage_words: int = 60,
+                 max_tokens: int = 32):
         super().__init__(retriever, reasoner)
         self.k = k
         self.prompt = prompt
-        self.num_demos = num_demos
+        self.num_demos, self.demo_turns = num_demos, demo_turns
         self.passage_words = passage_words
         self.max_tokens = max_tokens
         self._template = load_prompt(prompt)
@@ -23,6 +24,6 @@ class StandardRAG(Pipeline):
 
     async def answer(self, question: str) -> Answer:
         passages = await self.retrieve(question, self.k)
-        prompt = self._template.render(question, passages, self._demos, self.passage_words)
+        prompt = self._template.messages(question, passages, self._demos, self.passage_words, self.demo_turns)
         text = await self.reason(prompt, SamplingParams(max_tokens=self.max_tokens))
         return Answer(question, extract_answer(text), passages)

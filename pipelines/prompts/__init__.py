@@ -2,7 +2,9 @@
 
 A prompt `NAME.txt` is a template with the fields {question}, {passages} and {demos}. Its demonstrations
 are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}, and {steps}: the
-reasoning as numbered lines) from a demo file such as `demos.jsonl`. A name may also be the path of a template file elsewhere.
+reasoning as numbered lines) from a demo file such as `demos.jsonl`. As chat turns instead (`demo_turns`),
+each demonstration is a user turn (the prompt for its question and passages) and an assistant turn (the last
+field of `NAME.demo.txt`: its answer, reasoning or steps). A name may also be the path of a template file elsewhere.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orthrus_rag.rag.reasoner import Message
 from orthrus_rag.rag.types import Passage
 
 PROMPT_DIR = Path(__file__).parent
@@ -43,6 +46,28 @@ class PromptTemplate:
         text = _fill(self.name, self.text, question=question, demos=shown,
                      passages=format_passages(passages, passage_words))
         return re.sub(r"\n{3,}", "\n\n", text)  # an empty {demos} leaves no gap
+
+    def messages(self, question: str, passages: Sequence[Passage] = (), demos: Sequence[Demo] = (),
+                 passage_words: int = 60, demo_turns: bool = False) -> list[Message]:
+        """The prompt as chat messages: the demonstrations inline in one user turn, or as earlier turns."""
+        if not demo_turns:
+            return [{"role": "user", "content": self.render(question, passages, demos, passage_words)}]
+        turns: list[Message] = []
+        for demo in demos:
+            turns += [{"role": "user", "content": self.render(demo.question, demo.passages, (), passage_words)},
+                      {"role": "assistant", "content": self.render_reply(demo)}]
+        return [*turns, {"role": "user", "content": self.render(question, passages, (), passage_words)}]
+
+    def render_reply(self, demo: Demo) -> str:
+        """What the assistant says in a demonstration: the value of the last field of the demo template."""
+        fields = [f for _, f, _, _ in string.Formatter().parse(self.demo_text) if f]
+        if not fields:
+            raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
+        replies = {"answer": demo.answer, "reasoning": format_reasoning(demo.reasoning, demo.answer),
+                   "steps": format_steps(demo.reasoning, demo.answer)}
+        if fields[-1] not in replies:
+            raise ValueError(f"{self.name}.demo.txt must end with {{answer}}, {{reasoning}} or {{steps}}")
+        return replies[fields[-1]]
 
     def render_demo(self, demo: Demo, passage_words: int = 60) -> str:
         if not self.demo_text:

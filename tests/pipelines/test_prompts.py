@@ -61,6 +61,33 @@ def test_demos_are_not_benchmark_questions(name):
         assert not {p.title.lower() for p in demo.passages} & titles
 
 
+@pytest.mark.skipif(not TWOWIKI.exists(), reason="shared 2Wiki data not present")
+def test_worked_examples_written_into_a_prompt_are_not_benchmark_questions():
+    benchmark = {json.loads(line)["question"].lower() for line in TWOWIKI.open()}
+    asked = [line.removeprefix("Question: ") for line in load_prompt("self_ask").text.splitlines()
+             if line.startswith("Question: ") and "{" not in line]
+    assert len(asked) == 4 and not {q.lower() for q in asked} & benchmark
+
+
+@pytest.mark.parametrize("name, reply", [("qa_with_passages", "Austria"), ("cot_with_passages", "Velmora Glassworks"),
+                                         ("ircot", "1. Velmora Glassworks")])
+def test_demos_as_chat_turns(name, reply):
+    demos = load_demos(limit=2)
+    template = load_prompt(name)
+    messages = template.messages("Who?", long_passages(1), demos, demo_turns=True)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert demos[0].question in messages[0]["content"] and demos[1].question not in messages[0]["content"]
+    assert "Velmora Glassworks" not in messages[4]["content"] and "Who?" in messages[4]["content"]
+    assert messages[1]["content"].startswith(reply)
+    inline = template.messages("Who?", long_passages(1), demos)
+    assert inline == [{"role": "user", "content": template.render("Who?", long_passages(1), demos)}]
+
+
+def test_a_demo_template_must_end_with_its_reply():
+    with pytest.raises(ValueError, match="must end with"):
+        PromptTemplate("t", "{question}", "{answer} {question}").render_reply(Demo("q", "a"))
+
+
 def test_unknown_prompt_and_unknown_field_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="known"):
         load_prompt("no_such_prompt")
