@@ -1,15 +1,15 @@
 """IRCoT: interleave retrieval with chain-of-thought, one reasoning sentence at a time.
 
 Retrieve k passages with the question; then repeat: write the next reasoning sentence from the passages so
-far, stop if it states the answer, else retrieve with that sentence (after the question, by default, which
-keeps a sentence about the wrong entity from steering retrieval away) and add the top k passages not seen yet
-(up to a cap). The reasoning is written as numbered lines ("1. ...", "2. ..."), and each step is started with its
-number, so the generator writes one more fact instead of ending its turn. Without a stated answer, the last
+far, stop if it states the answer, else retrieve with that sentence (or, with `query=question+sentence`, the
+question and the sentence) and add the top k passages not seen yet (up to a cap). The reasoning is written
+as numbered lines ("1. ...", "2. ..."), and each step is started with its number, so the generator writes
+one more fact instead of ending its turn. Without a stated answer, the last
 sentence (or, with `final_reader`, a reader over all passages) gives the answer.
 
 Two settings help a small generator read: with `demo_turns` the worked examples come as earlier turns of the
 chat, so their passages are not mistaken for this question's; with `best_last` the passages are listed best
-last, nearest the question.
+last, nearest the question. Both are on in conf/pipeline/ircot.yaml.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class IRCoT(Pipeline):
     """Interleaved retrieval and chain-of-thought; see the module docstring."""
 
     def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_steps: int = 4,
-                 max_passages: int = 12, query: str = "question+sentence", fresh: bool = True, final_reader: bool = True,
+                 max_passages: int = 12, query: str = "sentence", fresh: bool = True, final_reader: bool = True,
                  prompt: str = "ircot", reader_prompt: str = "qa_with_passages", demos: str = "bridge_demos.jsonl",
                  num_demos: int = 4, demo_turns: bool = False, best_last: bool = False, passage_words: int = 50,
                  max_tokens: int = 32, reader_max_tokens: int = 32):

@@ -12,7 +12,7 @@ def ids(result):
 
 
 def sentence_only(retriever, reasoner, **settings):
-    return IRCoT(retriever, reasoner, query="sentence", final_reader=False, **settings)
+    return IRCoT(retriever, reasoner, final_reader=False, **settings)
 
 
 async def test_stops_on_the_answer_sentence(retriever, script):
@@ -25,9 +25,9 @@ async def test_stops_on_the_answer_sentence(retriever, script):
     assert [e.kind for e in result.trace] == ["retrieve", "reason", "retrieve", "reason", "retrieve", "reason"]
 
 
-async def test_the_query_is_the_question_then_the_sentence_by_default(retriever, script):
+async def test_the_query_can_be_the_question_then_the_sentence(retriever, script):
     reasoner = script([" Velmora was founded by Anton.", " So the answer is: Graz."])
-    await IRCoT(retriever, reasoner, k=2).answer(Q)
+    await IRCoT(retriever, reasoner, k=2, query="question+sentence").answer(Q)
     assert retriever.queries == [Q, f"{Q} Velmora was founded by Anton."]
 
 
