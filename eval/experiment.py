@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -109,12 +108,6 @@ def execute(cfg: DictConfig) -> RunOutput:
 
 
 # ---- scoring and outputs ------------------------------------------------------------------------------------
-def latency_summary(latencies: list[float]) -> dict[str, float]:
-    values = np.asarray(latencies, dtype=float)
-    percentiles = {f"p{p}_s": float(np.percentile(values, p)) for p in (50, 90, 99)}
-    return {"mean_s": float(values.mean()), **percentiles}
-
-
 def trace_summary(answer: Any) -> list[dict[str, Any]]:
     """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
     return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
@@ -135,14 +128,14 @@ def prediction_row(question: Any, answer: Any, scores: Any) -> dict[str, Any]:
 
 
 def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list[dict]]:
-    from eval.metrics import aggregate, score_answer
+    from eval.bench.metrics import latency_stats
+    from eval.metrics import aggregate, score_answers
 
     questions = run.questions
-    scores = [score_answer(a.prediction, q.answers, q.gold_titles, a.passages)
-              for q, a in zip(questions, run.answers)]
+    scores = score_answers(questions, run.answers)
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
                "n": len(questions), "metrics": aggregate(scores),
-               "latency": latency_summary([a.latency_s for a in run.answers]),
+               "latency": latency_stats([a.latency_s for a in run.answers]),
                "qps": len(questions) / run.wall_s if run.wall_s > 0 else 0.0, "wall_s": run.wall_s,
                "engine": run.engine_stats, "config": OmegaConf.to_container(cfg, resolve=True)}
     rows = [prediction_row(q, a, s) for q, a, s in zip(questions, run.answers, scores)]

@@ -100,6 +100,11 @@ def score_answer(prediction: str, golds: Sequence[str], gold_titles: Sequence[st
                           recall=passage_recall(gold_titles, passages), all_gold=all_gold(gold_titles, passages))
 
 
+def score_answers(questions: Sequence, answers: Sequence) -> list[QuestionScores]:
+    """`score_answer` for each question (an eval.datasets.Question) and its pipeline Answer, in order."""
+    return [score_answer(a.prediction, q.answers, q.gold_titles, a.passages) for q, a in zip(questions, answers)]
+
+
 def aggregate(scores: Sequence[QuestionScores]) -> dict[str, float]:
     """Means as fractions in [0, 1]; recall and all_gold average over questions that have gold titles."""
     if not scores:

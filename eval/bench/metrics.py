@@ -48,6 +48,12 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def latency_stats(values: list[float]) -> dict[str, float | None]:
+    """p50, p90 and p99 (None without values) and the mean."""
+    return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "p99_s": percentile(values, 99),
+            "mean_s": sum(values) / len(values) if values else None}
+
+
 def summarize(mode: str, records: list[Record], wall_s: float, engine: dict | None = None) -> ModeResult:
     by_kind = {k: [r.latency_s for r in records if r.kind == k] for k in KINDS}
     mean = {k: (sum(v) / len(v) if v else None) for k, v in by_kind.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eval.bench.metrics import percentile
+from eval.bench.metrics import latency_stats, percentile
 from eval.load import Load
 
 BASELINES = ("isolated", "alternating", "hf")
@@ -26,11 +26,6 @@ class RunData:
     samples: list[tuple[float, dict]]  # (seconds since start, counters)
     engine: dict  # counters over the run (per process for isolated)
     start: float = 0.0  # perf_counter at the start of the run
-
-
-def latency_stats(values: list[float]) -> dict[str, float | None]:
-    return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "p99_s": percentile(values, 99),
-            "mean_s": sum(values) / len(values) if values else None}
 
 
 def goodput(latencies: list[float], wall_s: float, slo_s: float) -> dict[str, float]:
@@ -98,10 +93,9 @@ def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
 
 
 def accuracy(answers: list, questions: list) -> dict[str, float]:
-    from eval.metrics import aggregate, score_answer
+    from eval.metrics import aggregate, score_answers
 
-    scores = [score_answer(a.prediction, q.answers, q.gold_titles, a.passages) for q, a in zip(questions, answers)]
-    return aggregate(scores)
+    return aggregate(score_answers(questions, answers))
 
 
 def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]:

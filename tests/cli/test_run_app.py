@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.experiment import latency_summary, main
+from eval.experiment import main
 
 SMALL = ["dataset.limit=3", "pipeline.max_tokens=6", "pipeline.num_demos=0", "concurrency=2"]
 METRICS = {"em", "f1", "acc", "recall", "all_gold"}
@@ -94,12 +94,6 @@ def test_relative_2wiki_paths_resolve_from_where_the_command_runs(tmp_path, monk
     spec = DatasetSpec.from_config(cfg.dataset)
     assert spec.path == tmp_path.parent / "shared" / "data" / "2wiki" / "questions.jsonl"
     assert spec.corpus.name == "corpus.jsonl" and (spec.split, spec.limit) == ("test", 200)
-
-
-def test_latency_summary_percentiles():
-    summary = latency_summary([float(i) for i in range(1, 101)])
-    assert summary["mean_s"] == pytest.approx(50.5)
-    assert summary["p50_s"] == pytest.approx(50.5) and summary["p99_s"] == pytest.approx(99.01)
 
 
 @pytest.mark.shipped

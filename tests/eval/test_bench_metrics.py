@@ -1,6 +1,6 @@
 import pytest
 
-from eval.bench.metrics import Record, counter_delta, percentile, ratios, summarize
+from eval.bench.metrics import Record, counter_delta, latency_stats, percentile, ratios, summarize
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -50,3 +50,9 @@ def test_counter_delta_subtracts_counters_keeps_gauges():
              "policy": "adaptive", "kv_blocks_used": 3}
     assert counter_delta(after, before) == {"steps": 4, "tokens": {"decode": 4, "embed": 3}, "generator_s": 0.5,
                                             "waiting": {"embed": 0}, "policy": "adaptive", "kv_blocks_used": 3}
+
+
+def test_latency_stats_percentiles():
+    summary = latency_stats([float(i) for i in range(1, 101)])
+    assert summary["mean_s"] == pytest.approx(50.5)
+    assert summary["p50_s"] == pytest.approx(50.5) and summary["p99_s"] == pytest.approx(99.01)
