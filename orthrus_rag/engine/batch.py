@@ -10,15 +10,16 @@ from orthrus_rag.engine.sequence import Sequence
 
 @dataclass
 class ScheduledChunk:
-    """`num_tokens` tokens of `seq`, starting at `seq.num_computed`, run through the generator this step."""
+    """`num_tokens` tokens of `seq`, starting at `start` (its `num_computed` when scheduled), run this step."""
 
     seq: Sequence
     num_tokens: int
+    start: int = field(init=False)
+    completes: bool = field(init=False)  # after this chunk the sequence samples (generate) or pools (embed)
 
-    @property
-    def completes(self) -> bool:
-        """After this chunk the sequence samples (generate) or pools its final result (embed)."""
-        return self.seq.num_computed + self.num_tokens == self.seq.num_tokens
+    def __post_init__(self) -> None:
+        self.start = self.seq.num_computed
+        self.completes = self.start + self.num_tokens == self.seq.num_tokens
 
 
 @dataclass

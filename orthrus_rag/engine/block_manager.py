@@ -2,16 +2,23 @@
 
 A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`.
 With prefix caching, every full block of a generation sequence is named by a hash chain over its tokens
-(hash of the previous block's hash and this block's tokens). A later sequence whose prompt starts with the same
+(SHA-256 of the previous block's digest and this block's token ids), so two different prefixes never share a name. A later sequence whose prompt starts with the same
 full blocks shares them (reference count + 1) instead of recomputing them. Blocks whose count drops to zero go back
 to the free list but keep their hash, so they can still be hit until they are reused: the free list is kept in
 LRU order and the least recently freed block is reused (evicted) first.
 """
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 
 from orthrus_rag.engine.sequence import Sequence
+
+
+def block_digest(parent: bytes | None, tokens: list[int]) -> bytes:
+    """Collision-resistant name of a full block: its tokens and, through `parent`, every token before them."""
+    return hashlib.sha256((parent or b"") + array("q", tokens).tobytes()).digest()
 
 
 class BlockManager:
@@ -20,9 +27,9 @@ class BlockManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))  # LRU first
-        self.cached: dict[int, int] = {}  # hash -> block id
+        self.cached: dict[bytes, int] = {}  # digest -> block id
         self.hits = 0  # prefix-cache hits, in tokens
 
     @property
@@ -41,22 +48,23 @@ class BlockManager:
         seq.block_table.extend(self._take() for _ in range(needed))
         return True
 
-    def acquire_prefix(self, seq: Sequence) -> None:
-        """Share the longest run of cached full blocks that starts the sequence; at least one token stays to run."""
+    def acquire_prefix(self, seq: Sequence) -> int:
+        """Share the longest run of cached full blocks that starts the sequence (at least one token stays to run);
+        returns the number of tokens they hold."""
         if not self.enable_prefix_caching or seq.block_table:
-            return
+            return len(seq.block_table) * self.block_size
         tokens = seq.token_ids[: seq.num_tokens - 1]
         parent = None
         for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
-            parent = hash((parent, tuple(tokens[start:start + self.block_size])))
+            parent = block_digest(parent, tokens[start:start + self.block_size])
             block = self.cached.get(parent)
             if block is None:
                 break
             self._ref(block)
             seq.block_table.append(block)
             seq.block_hashes.append(parent)
-        seq.num_computed = len(seq.block_table) * self.block_size
-        self.hits += seq.num_computed
+        self.hits += len(seq.block_table) * self.block_size
+        return len(seq.block_table) * self.block_size
 
     def commit(self, seq: Sequence) -> None:
         """Name the sequence's newly completed full blocks so later sequences can share them."""
@@ -66,7 +74,7 @@ class BlockManager:
         while (len(seq.block_hashes) + 1) * self.block_size <= seq.num_computed:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
-            h = hash((parent, tuple(tokens[i * self.block_size:(i + 1) * self.block_size])))
+            h = block_digest(parent, tokens[i * self.block_size:(i + 1) * self.block_size])
             seq.block_hashes.append(h)
             block = seq.block_table[i]
             if h not in self.cached and self.block_hash[block] is None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orthrus_rag.engine.errors import InvalidRequestError
-
-POLICIES = ("adaptive", "fcfs", "weighted", "alternating")
+from orthrus_rag.engine.policy import POLICIES
 
 
 @dataclass
@@ -28,7 +27,7 @@ class EngineConfig:
     # Admission.
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
     # Composition policy: how each step's budget is shared between embed and generate work.
-    policy: str = "adaptive"
+    policy: str = "adaptive"  # a name registered in engine/policy.py (POLICIES)
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
     step_time_target_s: float = 0.2  # for `adaptive`: a step should not take longer than this
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
@@ -36,7 +35,8 @@ class EngineConfig:
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
-            raise InvalidRequestError(f"runtime.policy must be one of {POLICIES}, got {self.policy!r}", "policy")
+            raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {self.policy!r}",
+                                      "policy")
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
             if int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)

@@ -20,6 +20,7 @@ class EmbedderRunner:
     def __init__(self, name: str, dtype: torch.dtype, device: torch.device):
         self.model = load_embedder(name, dtype, str(device))
         self.tokenizer = self.model.tokenizer
+        self.vocab_size = min(self.tokenizer.vocab_size, self.model[0].auto_model.get_input_embeddings().num_embeddings)
         self.max_len = int(self.model.max_seq_length or self.tokenizer.model_max_length)
         self.dim = self.model.get_embedding_dimension()
         self.device = device

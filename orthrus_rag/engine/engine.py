@@ -12,19 +12,19 @@ from collections.abc import Callable
 
 import torch
 
-from orthrus_rag.engine.batch import ModelOutput, SchedulerOutput
+from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk, SchedulerOutput
 from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.embedder_runner import EmbedderRunner
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.model_runner import ModelRunner
 from orthrus_rag.engine.output import StepOutput, check_stop, take_delta
-from orthrus_rag.engine.policy import AdaptivePolicy, make_policy
-from orthrus_rag.engine.request import (EmbedOutput, GenerateOutput, PoolingParams, RequestTimings, SamplingParams,
-                                        Usage)
+from orthrus_rag.engine.policy import make_policy
+from orthrus_rag.engine.request import (EmbedOutput, FinishReason, GenerateOutput, PoolingParams, RequestTimings,
+                                        SamplingParams, Usage)
 from orthrus_rag.engine.sampler import make_generator, sample
 from orthrus_rag.engine.scheduler import Scheduler
-from orthrus_rag.engine.sequence import Sequence, Status
+from orthrus_rag.engine.sequence import Sequence
 from orthrus_rag.engine.stats import EngineStats
 from orthrus_rag.models import set_threads
 
@@ -43,16 +43,17 @@ class LLMEngine:
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.policy = make_policy(config)
         self.scheduler = Scheduler(config, self.blocks, self.policy)
-        self.scheduler.embed_ratio = self._embed_ratio
         self.requests: dict[str, Sequence] = {}
         self.generators: dict[str, torch.Generator | None] = {}
         self.eos_ids = _eos_ids(self.runner.model, self.tokenizer)
+        self.vocab_size = min(len(self.tokenizer), self.runner.model.get_input_embeddings().num_embeddings)
         self.stats = EngineStats()
         self._arrivals = itertools.count()
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | PoolingParams) -> None:
-        """Validate and queue a request; raises InvalidRequestError or QueueFullError and queues nothing then."""
+        """Validate, set up and queue a request; raises InvalidRequestError or QueueFullError, and then nothing
+        was queued."""
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         if not isinstance(params, (SamplingParams, PoolingParams)):
@@ -64,16 +65,16 @@ class LLMEngine:
         on_backbone = kind == "generate" or params.model == "backbone"
         ids = self._tokenize(prompt, on_backbone)
         self._check_length(ids, params, on_backbone)
+        generator = make_generator(params) if kind == "generate" else None
         seq = Sequence(request_id, kind, ids, RequestTimings(time.perf_counter()), next(self._arrivals),
                        sampling=params if kind == "generate" else None, pooling=params if kind == "embed" else None)
         self.scheduler.add(seq)
         self.requests[request_id] = seq
-        if kind == "generate":
-            self.generators[request_id] = make_generator(params)
+        self.generators[request_id] = generator
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks and pooling state. False when it is unknown or already done."""
-        seq = self.requests.pop(request_id, None)
+        seq = self.requests.get(request_id)
         if seq is None:
             return False
         self._release(seq, "abort")
@@ -85,13 +86,11 @@ class LLMEngine:
     # ---- one step -------------------------------------------------------------------------------------------
     def step(self, early: Callable[[StepOutput], None] | None = None) -> list[StepOutput]:
         """Run one step. The co-located embedder runs first; with `early`, its results are handed to that
-        callback at once (before the generator's forward pass) instead of being returned."""
+        callback at once (before the generator's forward pass) instead of being returned. A failure while
+        producing one request's output fails that request only."""
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
-        started = time.perf_counter()
-        for chunk in sched.chunks:
-            chunk.seq.timings.first_scheduled = chunk.seq.timings.first_scheduled or started
         outputs, emb_s = self._embedder_outputs(sched)
         if early is not None:
             for out in outputs:
@@ -101,17 +100,24 @@ class LLMEngine:
             model_out, gen_s = self._run_generator(sched)
         except Exception as err:  # a failing forward fails the rows of this step only
             return outputs + [self._fail(c.seq, err) for c in sched.chunks]
-        emb_tokens = sum(s.num_tokens for s in sched.embedder_seqs)
-        self.policy.observe(sched.num_backbone_tokens, gen_s, emb_tokens, emb_s)
+        self.scheduler.advance(sched, gen_s, emb_s)
         self.stats.record_step(sched, gen_s, emb_s)
-        return outputs + [o for c in sched.chunks if (o := self._advance(c.seq, c.num_tokens, c.completes, model_out))]
+        return outputs + [o for c in sched.chunks if (o := self._contained(c.seq, self._chunk_output, c, model_out))]
+
+    def _contained(self, seq: Sequence, fn: Callable[..., StepOutput | None], *args) -> StepOutput | None:
+        """`fn(*args)`, or the request's failure when it raises."""
+        try:
+            return fn(*args)
+        except Exception as err:
+            return self._fail(seq, err)
 
     def _embedder_outputs(self, sched: SchedulerOutput) -> tuple[list[StepOutput], float]:
         try:
             vectors, emb_s = self._run_embedder(sched)
         except Exception as err:
             return [self._fail(seq, err) for seq in sched.embedder_seqs], 0.0
-        return [self._finish_embedding(seq, vectors[seq.request_id]) for seq in sched.embedder_seqs], emb_s
+        return [self._contained(seq, self._finish_embedding, seq, vectors[seq.request_id])
+                for seq in sched.embedder_seqs], emb_s
 
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
@@ -120,19 +126,16 @@ class LLMEngine:
 
     def _run_embedder(self, sched: SchedulerOutput) -> tuple[dict, float]:
         start = time.perf_counter()
-        for seq in sched.embedder_seqs:
-            seq.timings.first_scheduled = seq.timings.first_scheduled or start
         vectors = self.embedder.embed(sched.embedder_seqs) if sched.embedder_seqs else {}
         return vectors, time.perf_counter() - start
 
-    def _advance(self, seq: Sequence, n: int, completes: bool, out: ModelOutput) -> StepOutput | None:
-        first_chunk = seq.num_computed == 0
-        seq.num_computed += n
+    def _chunk_output(self, chunk: ScheduledChunk, out: ModelOutput) -> StepOutput | None:
+        seq = chunk.seq
         if seq.kind == "embed":
-            seq.pool_state.update(out.hidden[seq.request_id], first_chunk)
-            return self._finish_embedding(seq, seq.pool_state.result(seq.pooling.normalize)) if completes else None
-        self.blocks.commit(seq)
-        if not completes:
+            seq.pool_state.update(out.hidden[seq.request_id], chunk.start == 0)
+            return self._finish_embedding(seq, seq.pool_state.result(seq.pooling.normalize)) \
+                if chunk.completes else None
+        if not chunk.completes:
             return None
         return self._append_token(seq, sample(out.logits[seq.request_id], seq.sampling,
                                               self.generators[seq.request_id]))
@@ -163,9 +166,8 @@ class LLMEngine:
         self._release(seq, "abort")
         return StepOutput(seq.request_id, finished=True, error=err)
 
-    def _release(self, seq: Sequence, reason: str) -> None:
-        self.scheduler.remove(seq)
-        seq.status, seq.finish_reason = Status.FINISHED, seq.finish_reason or reason
+    def _release(self, seq: Sequence, reason: FinishReason) -> None:
+        self.scheduler.finish(seq, reason)
         self.requests.pop(seq.request_id, None)
         self.generators.pop(seq.request_id, None)
 
@@ -177,7 +179,7 @@ class LLMEngine:
             return self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise InvalidRequestError("the input must be a non-empty string or a non-empty list of token ids", "input")
-        vocab = len(self.tokenizer) if on_backbone else self.embedder.tokenizer.vocab_size
+        vocab = self.vocab_size if on_backbone else self.embedder.vocab_size
         if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in prompt):
             raise InvalidRequestError(f"token ids must be integers in [0, {vocab})", "input")
         return list(prompt)
@@ -194,11 +196,6 @@ class LLMEngine:
         if -(-(len(ids) + extra) // self.config.block_size) > self.config.num_kv_blocks:
             raise InvalidRequestError(f"the request needs more KV blocks than the pool holds "
                                       f"({self.config.num_kv_blocks}); raise runtime.num_kv_blocks", "input")
-
-    def _embed_ratio(self) -> float:
-        if isinstance(self.policy, AdaptivePolicy):
-            return self.policy.embed_ratio
-        return self.config.embedder_token_cost or 1.0
 
     # ---- introspection --------------------------------------------------------------------------------------
     def get_stats(self) -> dict:

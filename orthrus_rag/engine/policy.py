@@ -25,12 +25,33 @@ queue the next new request comes from (`choose`) and how many more new-work toke
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
-from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.sequence import Kind
 
+if TYPE_CHECKING:
+    from orthrus_rag.engine.config import EngineConfig
+
 KINDS: tuple[Kind, Kind] = ("generate", "embed")
+POLICIES: dict[str, type[Policy]] = {}  # runtime.policy name -> class, filled by @register_policy
+P = TypeVar("P", bound="type[Policy]")
+
+
+def register_policy(name: str) -> Callable[[P], P]:
+    """Class decorator: make a policy selectable as `runtime.policy=<name>`."""
+
+    def register(cls: P) -> P:
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return register
+
+
+def make_policy(config: EngineConfig) -> Policy:
+    return POLICIES[config.policy].from_config(config)
 
 
 @dataclass
@@ -48,7 +69,21 @@ class QueueView:
 
 
 class Policy:
+    """Base: admits nothing by itself; subclasses choose. Owns the cost model the scheduler prices work with."""
+
     name = "base"
+    fixed_ratio: float | None = None  # runtime.embedder_token_cost
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> Policy:
+        policy = cls()
+        policy.fixed_ratio = config.embedder_token_cost
+        return policy
+
+    @property
+    def embed_ratio(self) -> float:
+        """Cost of one co-located embedder token in generator tokens."""
+        return self.fixed_ratio or 1.0
 
     def begin_step(self, view: QueueView) -> None:
         """Called once per step before anything is placed."""
@@ -71,20 +106,25 @@ class Policy:
         """Measured cost of the last step, split by model."""
 
 
+@register_policy("fcfs")
 class FCFSPolicy(Policy):
-    name = "fcfs"
 
     def choose(self, view: QueueView) -> Kind | None:
         heads = [(a, k) for k, a in view.head_arrival.items() if a is not None]
         return min(heads)[1] if heads else None
 
 
+@register_policy("weighted")
 class WeightedPolicy(Policy):
-    name = "weighted"
-
     def __init__(self, weights: dict[str, int]):
         self.weights = {k: max(0, int(weights.get(k, 1))) for k in KINDS}
         self.current = {k: 0 for k in KINDS}
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> Policy:
+        policy = cls(config.weights)
+        policy.fixed_ratio = config.embedder_token_cost
+        return policy
 
     def choose(self, view: QueueView) -> Kind | None:
         live = [k for k in KINDS if view.has(k) and self.weights[k] > 0] or [k for k in KINDS if view.has(k)]
@@ -97,8 +137,8 @@ class WeightedPolicy(Policy):
         return pick
 
 
+@register_policy("alternating")
 class AlternatingPolicy(Policy):
-    name = "alternating"
 
     def __init__(self):
         self.kind: Kind = "embed"
@@ -116,8 +156,8 @@ class AlternatingPolicy(Policy):
         return self.kind if view.has(self.kind) else None
 
 
+@register_policy("adaptive")
 class AdaptivePolicy(Policy):
-    name = "adaptive"
 
     def __init__(self, step_time_target_s: float, min_new_tokens: int, embedder_token_cost: float | None,
                  embed_min_share: float = 0.5):
@@ -130,9 +170,13 @@ class AdaptivePolicy(Policy):
         self.cap = math.inf
         self.quota = {"generate": math.inf, "embed": math.inf}
 
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> Policy:
+        return cls(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost,
+                   config.embed_min_share)
+
     @property
     def embed_ratio(self) -> float:
-        """Cost of one co-located embedder token in generator tokens."""
         if self.fixed_ratio is not None:
             return self.fixed_ratio
         if self.gen_cost.ready and self.emb_cost.ready:
@@ -198,13 +242,3 @@ class LinearCost:
             return 0.0
         return max(0.0, (self.y - self.slope * self.x) / self.w)
 
-
-def make_policy(config: EngineConfig) -> Policy:
-    if config.policy == "fcfs":
-        return FCFSPolicy()
-    if config.policy == "weighted":
-        return WeightedPolicy(config.weights)
-    if config.policy == "alternating":
-        return AlternatingPolicy()
-    return AdaptivePolicy(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost,
-                          config.embed_min_share)

@@ -10,6 +10,8 @@ import numpy as np
 from orthrus_rag.engine.errors import InvalidRequestError
 
 FinishReason = Literal["stop", "length", "abort"]
+GREEDY_BELOW = 1e-5  # a temperature below this samples greedily (dividing by it would overflow the logits)
+SEED_RANGE = 2 ** 64  # seeds are integers in [0, 2**64)
 PoolingType = Literal["mean", "last", "cls"]
 POOLING_TYPES = ("mean", "last", "cls")
 
@@ -27,21 +29,31 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
 
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
+
     def validate(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        """Reject every value that could fail later, so a queued request can always be sampled."""
+        if not _integer(self.max_tokens) or self.max_tokens < 1:
             raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}", "max_tokens")
         if not _finite(self.temperature) or self.temperature < 0:
             raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature!r}", "temperature")
         if not _finite(self.top_p) or not 0 < self.top_p <= 1:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _integer(self.top_k) or self.top_k < 0:
             raise InvalidRequestError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}", "top_k")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise InvalidRequestError(f"seed must be an integer, got {self.seed!r}", "seed")
+        if self.seed is not None and (not _integer(self.seed) or not 0 <= self.seed < SEED_RANGE):
+            raise InvalidRequestError(f"seed must be an integer in [0, 2**64), got {self.seed!r}", "seed")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        if any(not isinstance(s, str) or not s for s in self.stop):
+        if not isinstance(self.stop, (list, tuple)) or any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequestError("stop must be a list of non-empty strings", "stop")
+        if not isinstance(self.stop_token_ids, (list, tuple)) or \
+                any(not _integer(t) or t < 0 for t in self.stop_token_ids):
+            raise InvalidRequestError("stop_token_ids must be a list of integers >= 0", "stop_token_ids")
+        if not isinstance(self.ignore_eos, bool):
+            raise InvalidRequestError(f"ignore_eos must be true or false, got {self.ignore_eos!r}", "ignore_eos")
 
 
 @dataclass
@@ -57,6 +69,8 @@ class PoolingParams:
             raise InvalidRequestError(f"pooling must be one of {POOLING_TYPES}, got {self.pooling!r}", "pooling")
         if self.model not in (None, "backbone"):
             raise InvalidRequestError(f"model must be None (the embedder) or 'backbone', got {self.model!r}", "model")
+        if not isinstance(self.normalize, bool):
+            raise InvalidRequestError(f"normalize must be true or false, got {self.normalize!r}", "normalize")
 
 
 @dataclass
@@ -110,4 +124,8 @@ class EmbedOutput:
 
 
 def _finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _integer(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

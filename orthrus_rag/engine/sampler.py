@@ -16,7 +16,7 @@ def make_generator(params: SamplingParams) -> torch.Generator | None:
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     """One token id from one row of logits (vocab,)."""
-    if params.temperature == 0:
+    if params.greedy:
         return int(torch.argmax(logits))
     logits = logits.float() / params.temperature
     if params.top_k:

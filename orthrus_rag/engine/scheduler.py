@@ -2,14 +2,26 @@
 
 Order of placement: (1) running decodes, oldest first, so a long prefill never stalls them; (2) unfinished chunks
 of running prompts and backbone embeddings; (3) new requests, the composition policy choosing the queue. Long
-prompts and long backbone embedding inputs are cut into chunks across steps. When KV blocks run out, the newest
-running request is preempted by recompute: its blocks are freed and it waits again at the head of its queue with
-its tokens kept, so it later produces exactly what it would have.
+prompts and long backbone embedding inputs are cut into chunks across steps. A queue whose head cannot start
+(no KV blocks, no room) is passed over for the step, so the other kind still starts.
+
+The scheduler is the only owner of a sequence's life cycle (the engine reads results and asks it to finish):
+
+    add ──> WAITING ──schedule──> RUNNING ──finish (stop, length, pooled, error)──> FINISHED
+               ^                     │
+               └──── preempt ────────┘        abort / error: WAITING or RUNNING ──finish──> FINISHED
+
+It alone writes `status`, `num_computed`, `finish_reason`, `pool_state` and `timings.first_scheduled`; block tables
+change only through the block manager it calls. When KV blocks run out, the running request that arrived last is
+preempted by recompute (never one that arrived before the request asking): its blocks are freed and it waits again
+at the head of its queue with its tokens kept, so it later produces exactly what it would have. It is not
+re-admitted in the step that evicted it.
 """
 from __future__ import annotations
 
 import math
-from collections import deque
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from orthrus_rag.engine.batch import ScheduledChunk, SchedulerOutput
@@ -18,6 +30,7 @@ from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.errors import QueueFullError
 from orthrus_rag.engine.policy import KINDS, Policy, QueueView
 from orthrus_rag.engine.pooler import PoolState
+from orthrus_rag.engine.request import FinishReason
 from orthrus_rag.engine.sequence import Kind, Sequence, Status
 
 
@@ -30,91 +43,118 @@ class Budget:
         self.tokens -= tokens
         self.seqs -= 1
 
+    def give_back(self, tokens: float) -> None:
+        self.tokens += tokens
+        self.seqs += 1
+
 
 class Scheduler:
     def __init__(self, config: EngineConfig, blocks: BlockManager, policy: Policy):
         self.config, self.blocks, self.policy = config, blocks, policy
-        self.waiting: dict[Kind, deque[Sequence]] = {k: deque() for k in KINDS}
-        self.running: list[Sequence] = []  # admitted, in arrival order
-        self.embed_ratio = lambda: 1.0  # co-located embedder cost per token, in generator tokens
+        self.waiting: dict[Kind, OrderedDict[str, Sequence]] = {k: OrderedDict() for k in KINDS}
+        self.running: dict[str, Sequence] = {}  # admitted backbone sequences, in admission order
 
     @property
     def num_waiting(self) -> int:
         return sum(len(q) for q in self.waiting.values())
 
+    # ---- life cycle -----------------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         if self.num_waiting >= self.config.max_waiting:
             raise QueueFullError(f"the waiting queue is full ({self.config.max_waiting} requests); retry later or "
                                  "raise runtime.max_waiting")
-        self.waiting[seq.kind].append(seq)
+        self.waiting[seq.kind][seq.request_id] = seq
 
-    def remove(self, seq: Sequence) -> None:
-        """Drop a request wherever it is (abort, error) and free what it holds."""
-        if seq in self.waiting[seq.kind]:
-            self.waiting[seq.kind].remove(seq)
-        if seq in self.running:
-            self.running.remove(seq)
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """Drop a request wherever it is (done, aborted, failed) and free what it holds. O(1)."""
+        self.waiting[seq.kind].pop(seq.request_id, None)
+        self.running.pop(seq.request_id, None)
         self.blocks.free_sequence(seq)
         seq.pool_state = None
+        seq.status, seq.finish_reason = Status.FINISHED, seq.finish_reason or reason
 
+    def advance(self, sched: SchedulerOutput, gen_s: float, emb_s: float) -> None:
+        """After the forward pass: count the computed tokens, name newly full KV blocks, feed the cost model."""
+        for chunk in sched.chunks:
+            chunk.seq.num_computed += chunk.num_tokens
+            if chunk.seq.kind == "generate":
+                self.blocks.commit(chunk.seq)
+        emb_tokens = sum(s.num_tokens for s in sched.embedder_seqs)
+        self.policy.observe(sched.num_backbone_tokens, gen_s, emb_tokens, emb_s)
+
+    # ---- one step -------------------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = Budget(self.config.max_num_batched_tokens, self.config.max_num_seqs)
         self.policy.begin_step(self._view(out))
-        scheduled: set[str] = set()
-        for seq in [s for s in self.running if s.is_decode]:
-            self._place_running(seq, 1, out, budget, scheduled)
-        for seq in [s for s in self.running if not s.is_decode]:
-            self._place_running(seq, min(seq.num_remaining, int(budget.tokens)), out, budget, scheduled)
+        running = sorted(self.running.values(), key=lambda s: s.arrival_seq)
+        for seq in [s for s in running if s.is_decode]:
+            self._place_running(seq, 1, out, budget)
+        for seq in [s for s in running if not s.is_decode]:
+            self._place_running(seq, min(seq.num_remaining, int(budget.tokens)), out, budget)
         view = self._view(out)
         self.policy.plan(view)
         self._admit(out, budget, view)
         out.chunks.sort(key=lambda c: c.seq.kind == "embed")  # backbone embedding rows last (adapter segment)
+        now = time.perf_counter()
+        for seq in [c.seq for c in out.chunks] + out.embedder_seqs:
+            seq.timings.first_scheduled = seq.timings.first_scheduled or now
         return out
 
-    def _place_running(self, seq: Sequence, n: int, out: SchedulerOutput, budget: Budget, scheduled: set) -> None:
-        if seq not in self.running or not 0 < n <= budget.tokens or budget.seqs <= 0 \
+    def _place_running(self, seq: Sequence, n: int, out: SchedulerOutput, budget: Budget) -> None:
+        if seq.request_id not in self.running or not 0 < n <= budget.tokens or budget.seqs <= 0 \
                 or not self.policy.allows(seq.kind):
             return
-        if seq.block_table and not self._allocate(seq, n, out, scheduled):
+        if seq.block_table and not self._allocate(seq, n, out, budget):
             return
         out.chunks.append(ScheduledChunk(seq, n))
-        scheduled.add(seq.request_id)
         budget.take(n)
 
-    def _allocate(self, seq: Sequence, n: int, out: SchedulerOutput, scheduled: set) -> bool:
-        """Blocks for n more tokens, preempting the newest unscheduled running request while short."""
+    def _allocate(self, seq: Sequence, n: int, out: SchedulerOutput, budget: Budget) -> bool:
+        """Blocks for n more tokens, preempting running requests that arrived after `seq` while short; when none
+        is left, `seq` itself yields its blocks and waits."""
         while not self.blocks.allocate(seq, n):
-            victims = [s for s in self.running if s.request_id not in scheduled and s.block_table]
-            victim = max(victims, key=lambda s: s.arrival_seq) if victims else seq
-            self._preempt(victim, out)
+            newer = [s for s in self.running.values() if s.arrival_seq > seq.arrival_seq and s.block_table]
+            victim = max(newer, key=lambda s: s.arrival_seq) if newer else seq
+            self._preempt(victim, out, budget)
             if victim is seq:
                 return False
         return True
 
-    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
-        self.running.remove(seq)
-        self.blocks.free_sequence(seq)
-        seq.num_computed, seq.pool_state, seq.status = 0, None, Status.WAITING
-        self.waiting[seq.kind].appendleft(seq)
+    def _preempt(self, seq: Sequence, out: SchedulerOutput, budget: Budget) -> None:
+        placed = next((c for c in out.chunks if c.seq is seq), None)
+        if placed is not None:  # evicted after it was placed in this step: take it out again
+            out.chunks.remove(placed)
+            budget.give_back(placed.num_tokens)
+        del self.running[seq.request_id]
+        self._reset(seq)
+        self.waiting[seq.kind][seq.request_id] = seq
+        self.waiting[seq.kind].move_to_end(seq.request_id, last=False)
         out.preempted.append(seq)
 
+    def _reset(self, seq: Sequence) -> None:
+        self.blocks.free_sequence(seq)
+        seq.num_computed, seq.pool_state, seq.status = 0, None, Status.WAITING
+
     def _admit(self, out: SchedulerOutput, budget: Budget, view: QueueView) -> None:
+        evicted = {s.request_id for s in out.preempted}
         while budget.seqs > 0 and budget.tokens > 0:
             kind = self.policy.choose(view)
             if kind is None:
                 break
-            seq = self.waiting[kind][0]
-            used = self._admit_one(seq, out, budget, min(budget.tokens, self.policy.room(view)))
-            if used is None:
-                break
+            seq = next(iter(self.waiting[kind].values()))
+            used = None if seq.request_id in evicted else \
+                self._admit_one(seq, out, budget, min(budget.tokens, self.policy.room(view)))
+            if used is None:  # this queue cannot start its head now: pass it over for this step
+                view.head_arrival[kind] = None
+                continue
             view.new_tokens[kind] += used
-            view.head_arrival[kind] = self.waiting[kind][0].arrival_seq if self.waiting[kind] else None
+            view.head_arrival[kind] = self._head_arrival(kind)
 
     def _admit_one(self, seq: Sequence, out: SchedulerOutput, budget: Budget, room: float) -> float | None:
         """Start `seq` in this step; returns the budget it used, or None when it cannot start now."""
         if not seq.on_backbone:
-            cost = math.ceil(seq.num_tokens * self.embed_ratio())
+            cost = math.ceil(seq.num_tokens * self.policy.embed_ratio)
             if cost > budget.tokens and (out.chunks or out.embedder_seqs):
                 return None
             self._start(seq)
@@ -122,16 +162,11 @@ class Scheduler:
             budget.take(cost)
             return cost
         if seq.kind == "generate":
-            self.blocks.acquire_prefix(seq)
+            seq.num_computed = self.blocks.acquire_prefix(seq)
         n = int(min(seq.num_remaining, room))
-        if n <= 0:
-            self.blocks.free_sequence(seq)
-            seq.num_computed = 0
-            return None
         needs_kv = seq.kind == "generate" or n < seq.num_remaining
-        if needs_kv and not self.blocks.allocate(seq, n):
-            self.blocks.free_sequence(seq)
-            seq.num_computed = 0
+        if n <= 0 or (needs_kv and not self.blocks.allocate(seq, n)):
+            self._reset(seq)
             return None
         self._start(seq)
         if seq.kind == "embed":
@@ -141,19 +176,24 @@ class Scheduler:
         return n
 
     def _start(self, seq: Sequence) -> None:
-        self.waiting[seq.kind].popleft()
+        del self.waiting[seq.kind][seq.request_id]
         seq.status = Status.RUNNING
         if seq.on_backbone:
-            self.running.append(seq)
+            self.running[seq.request_id] = seq
+
+    def _head_arrival(self, kind: Kind) -> int | None:
+        queue = self.waiting[kind]
+        return next(iter(queue.values())).arrival_seq if queue else None
 
     def _view(self, out: SchedulerOutput) -> QueueView:
+        ratio = self.policy.embed_ratio
+
         def pending(kind: Kind) -> float:
-            ratio = self.embed_ratio()
-            return sum(s.num_remaining * (1.0 if s.on_backbone else ratio) for s in self.waiting[kind])
+            return sum(s.num_remaining * (1.0 if s.on_backbone else ratio) for s in self.waiting[kind].values())
 
         return QueueView(
-            head_arrival={k: q[0].arrival_seq if q else None for k, q in self.waiting.items()},
+            head_arrival={k: self._head_arrival(k) for k in KINDS},
             pending_tokens={k: pending(k) for k in KINDS},
-            running={k: sum(1 for s in self.running if s.kind == k) for k in KINDS},
+            running={k: sum(1 for s in self.running.values() if s.kind == k) for k in KINDS},
             placed_tokens=out.num_backbone_tokens,
         )

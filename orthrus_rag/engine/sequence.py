@@ -29,7 +29,7 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     num_computed: int = 0  # tokens already run through the model (KV written or pooled)
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)  # prefix-cache hash chain of its full blocks
+    block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache digest chain of its full blocks
     status: Status = Status.WAITING
     finish_reason: FinishReason | None = None
     pool_state: PoolState | None = None

@@ -38,7 +38,7 @@ def test_invariants_hold(operations):
     for i, (op, pick, tokens) in enumerate(operations):
         if op == "add":
             seq = new_seq(i, tokens)
-            bm.acquire_prefix(seq)
+            seq.num_computed = bm.acquire_prefix(seq)
             assert seq.num_computed < seq.num_tokens  # at least one token left to run
             if bm.allocate(seq, seq.num_remaining):
                 seq.num_computed = seq.num_tokens
@@ -70,13 +70,13 @@ def test_prefix_hit_shares_blocks_and_lru_evicts_oldest():
     a.num_computed = 5
     bm.commit(a)
     b = new_seq(1, [1, 2, 3, 4, 9])
-    bm.acquire_prefix(b)
+    b.num_computed = bm.acquire_prefix(b)
     assert b.block_table == a.block_table[:2] and b.num_computed == 4
     assert bm.ref_counts[a.block_table[0]] == 2
     bm.free_sequence(b)
     bm.free_sequence(a)
     c = new_seq(2, [1, 2, 3, 4, 7])
-    bm.acquire_prefix(c)  # still cached after both were freed
+    c.num_computed = bm.acquire_prefix(c)  # still cached after both were freed
     assert c.num_computed == 4
     bm.free_sequence(c)
     d = new_seq(3, [8] * 8)
