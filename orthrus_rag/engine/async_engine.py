@@ -3,6 +3,11 @@
 Callers on an asyncio event loop submit work; the loop thread owns the `LLMEngine` (all engine state is touched by
 that thread only), drains submitted commands before each step, and hands results back with
 `call_soon_threadsafe`. When idle it blocks on its command queue, so an idle engine costs no CPU.
+
+Inside the engine every request has its own key; a caller's `request_id` is only a name, and a name still in
+flight is refused. Nothing a request sends can stop the loop: a failure is contained to the request it belongs to
+(and a step that fails outside any request fails the requests in flight, not the loop). At shutdown every command
+still queued gets an answer.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.engine import LLMEngine, Prompt
-from orthrus_rag.engine.errors import EngineDeadError, RequestAbortedError
+from orthrus_rag.engine.errors import EngineDeadError, EngineError, InvalidRequestError, RequestAbortedError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 
@@ -32,8 +37,10 @@ class AsyncEngine:
         self.config = self.engine.config
         self.tokenizer = self.engine.tokenizer
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._waiters: dict[str, _Waiter] = {}
+        self._waiters: dict[str, _Waiter] = {}  # engine key -> waiter
+        self._keys: dict[str, str] = {}  # caller's request id -> engine key, while in flight
         self._ids = itertools.count()
+        self._lock = threading.Lock()  # guards _keys, _dead and submissions against shutdown
         self._dead: Exception | None = None
         self._stats: dict = self.engine.get_stats()
         self._thread = threading.Thread(target=self._loop, name="orthrus-engine", daemon=True)
@@ -68,7 +75,9 @@ class AsyncEngine:
         return await self._result(self._submit(input, params or PoolingParams(), request_id))
 
     def abort(self, request_id: str) -> None:
-        self._commands.put(("abort", request_id, None, None))
+        key = self._keys.get(request_id)
+        if key is not None:
+            self._commands.put(("abort", key, None, None))
 
     def stats(self) -> dict:
         """Counters as of the last step (a copy, safe to read from any thread)."""
@@ -93,12 +102,8 @@ class AsyncEngine:
         raise RequestAbortedError("request ended without a result")
 
     async def _submit(self, prompt, params, request_id) -> AsyncIterator[StepOutput]:
-        if self._dead is not None:
-            raise EngineDeadError(f"the engine is not running ({self._dead}); create a new one")
-        rid = request_id or f"req-{next(self._ids)}"
-        waiter = _Waiter(asyncio.get_running_loop(), asyncio.Queue())
-        self._waiters[rid] = waiter
-        self._commands.put(("add", rid, prompt, params))
+        key, rid = self._register(request_id, prompt, params)
+        waiter = self._waiters[key]
         finished = False
         try:
             while not finished:
@@ -106,11 +111,30 @@ class AsyncEngine:
                 finished = out.finished
                 if out.error is not None:
                     raise out.error
+                if out.result is not None:
+                    out.result.request_id = rid
+                out.request_id = rid
                 yield out
         finally:
-            self._waiters.pop(rid, None)
+            with self._lock:
+                del self._waiters[key], self._keys[rid]
             if not finished:  # the caller went away (cancelled, disconnected): free the request's blocks
-                self.abort(rid)
+                self._commands.put(("abort", key, None, None))
+
+    def _register(self, request_id: str | None, prompt: Prompt, params) -> tuple[str, str]:
+        """A fresh engine key for the request, its command queued; the caller's id must not be in flight."""
+        key = f"req-{next(self._ids)}"
+        rid = key if request_id is None else request_id
+        with self._lock:
+            if self._dead is not None:
+                raise EngineDeadError(f"the engine is not running ({self._dead}); create a new one")
+            if rid in self._keys:
+                raise InvalidRequestError(f"request id {rid!r} is already in flight; wait for it to finish or "
+                                          "choose another id", "request_id")
+            self._keys[rid] = key
+            self._waiters[key] = _Waiter(asyncio.get_running_loop(), asyncio.Queue())
+            self._commands.put(("add", key, prompt, params))
+        return key, rid
 
     def _deliver(self, out: StepOutput) -> None:
         waiter = self._waiters.get(out.request_id)
@@ -119,22 +143,28 @@ class AsyncEngine:
 
     def _loop(self) -> None:
         stopping = False
-        try:
-            while True:
-                block = not self.engine.has_unfinished()
-                if stopping and block:
-                    break
-                stopping |= self._drain(block, accept=not stopping)
+        while True:
+            block = not self.engine.has_unfinished()
+            if stopping and block:
+                break
+            stopping |= self._drain(block, accept=not stopping)
+            try:
                 outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
-                self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
-                for out in outputs:
-                    self._deliver(out)
-        except Exception as err:  # an engine bug: fail everything in flight rather than hang callers
-            self._dead = err
-            for rid in list(self._waiters):
-                self._deliver(StepOutput(rid, finished=True, error=EngineDeadError(f"engine loop failed: {err!r}")))
-            raise
-        self._dead = EngineDeadError("shut down")
+            except Exception as err:  # outside any one request: fail those in flight, keep serving
+                outputs = self._fail_all(err)
+            self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
+            for out in outputs:
+                self._deliver(out)
+        with self._lock:
+            self._dead = EngineDeadError("shut down")
+        self._drain(block=False, accept=False)  # answer what was queued after the last step
+
+    def _fail_all(self, err: Exception) -> list[StepOutput]:
+        error = EngineError(f"the engine step failed ({err!r}); the requests in it were stopped, retry them")
+        keys = list(self.engine.requests)
+        for key in keys:
+            self.engine.abort(key)
+        return [StepOutput(key, finished=True, error=error) for key in keys]
 
     def _drain(self, block: bool, accept: bool) -> bool:
         """Apply queued commands; returns True when shutdown was asked."""

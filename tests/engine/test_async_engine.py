@@ -64,3 +64,60 @@ async def test_shutdown_drains_in_flight_work(tiny_llama_dir):
     await asyncio.sleep(0.01)
     await asyncio.to_thread(engine.shutdown)
     assert (await task).usage.completion_tokens == 5
+
+
+async def test_caller_id_in_flight_is_refused_and_the_first_still_answers(engine):
+    first = asyncio.create_task(engine.generate("one", SamplingParams(max_tokens=30, ignore_eos=True),
+                                                request_id="same"))
+    await asyncio.sleep(0.01)
+    with pytest.raises(InvalidRequestError, match="already in flight"):
+        await engine.generate("two", SamplingParams(max_tokens=2), request_id="same")
+    out = await asyncio.wait_for(first, timeout=30)
+    assert out.request_id == "same" and out.usage.completion_tokens == 30
+    again = await asyncio.wait_for(engine.generate("three", SamplingParams(max_tokens=2), request_id="same"), 30)
+    assert again.request_id == "same"
+
+
+async def test_shutdown_answers_every_queued_command(tiny_llama_dir, monkeypatch):
+    import time
+
+    from orthrus_rag.engine import EngineDeadError
+
+    engine = AsyncEngine(tiny_config(tiny_llama_dir))
+    real = engine.engine.step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.03)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine.engine, "step", slow_step)
+    first = asyncio.create_task(engine.generate("drain", SamplingParams(max_tokens=3, ignore_eos=True)))
+    await asyncio.sleep(0.01)
+    stopper = asyncio.create_task(asyncio.to_thread(engine.shutdown))
+    later = []
+    for i in range(30):
+        later.append(asyncio.create_task(engine.generate(f"late {i}", SamplingParams(max_tokens=2))))
+        await asyncio.sleep(0.005)
+    done = await asyncio.wait_for(asyncio.gather(first, *later, return_exceptions=True), timeout=30)
+    await stopper
+    assert done[0].usage.completion_tokens == 3
+    assert all(isinstance(d, EngineDeadError) or d.usage.completion_tokens >= 1 for d in done[1:])
+
+
+async def test_loop_survives_a_failing_step(engine, monkeypatch):
+    from orthrus_rag.engine import EngineError
+
+    real = engine.engine.scheduler.schedule
+    calls = {"n": 0}
+
+    def broken():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("planted scheduler failure")
+        return real()
+
+    monkeypatch.setattr(engine.engine.scheduler, "schedule", broken)
+    with pytest.raises(EngineError, match="planted"):
+        await asyncio.wait_for(engine.generate("first", SamplingParams(max_tokens=2)), 30)
+    out = await asyncio.wait_for(engine.generate("second", SamplingParams(max_tokens=2)), 30)
+    assert out.usage.completion_tokens == 2

@@ -82,3 +82,14 @@ def test_prefix_hit_shares_blocks_and_lru_evicts_oldest():
     d = new_seq(3, [8] * 8)
     assert bm.allocate(d, 8)  # takes every block: cached ones are evicted
     assert not bm.cached
+
+
+def test_prefixes_with_equal_python_hashes_never_share_blocks():
+    assert hash((None, (-1, -1))) == hash((None, (-2, -2)))  # CPython: hash(-1) == hash(-2)
+    bm = BlockManager(8, 2)
+    a = new_seq(0, [-1, -1, 3])
+    assert bm.allocate(a, 3)
+    a.num_computed = 3
+    bm.commit(a)
+    b = new_seq(1, [-2, -2, 3])
+    assert bm.acquire_prefix(b) == 0 and not b.block_table

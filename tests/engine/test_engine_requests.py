@@ -88,3 +88,79 @@ def test_failing_forward_fails_that_step_only(make_engine, monkeypatch):
     assert isinstance(results["a"], RuntimeError)
     engine.add_request("b", "second", SamplingParams(max_tokens=2))
     assert run_all(engine)["b"].usage.completion_tokens == 2
+
+
+# ---- values that used to pass validation and fail later, inside the step -------------------------------------
+@pytest.mark.parametrize("params,message", [
+    (SamplingParams(seed=2**64), "seed"),
+    (SamplingParams(seed=-1), "seed"),
+    (SamplingParams(seed=True), "seed"),
+    (SamplingParams(top_k=True), "top_k"),
+    (SamplingParams(stop_token_ids=["x"]), "stop_token_ids"),
+    (SamplingParams(stop_token_ids=[-3]), "stop_token_ids"),
+    (SamplingParams(ignore_eos="yes"), "ignore_eos"),
+    (PoolingParams(normalize="no", model="backbone"), "normalize"),
+])
+def test_value_that_would_fail_later_is_refused_and_nothing_is_queued(make_engine, params, message):
+    engine = make_engine()
+    with pytest.raises(InvalidRequestError, match=message):
+        engine.add_request("bad", "Hello", params)
+    assert not engine.requests and engine.scheduler.num_waiting == 0
+    engine.add_request("next", "Hello", SamplingParams(max_tokens=2))
+    assert run_all(engine)["next"].usage.completion_tokens == 2
+
+
+def test_largest_seed_is_accepted(make_engine):
+    engine = make_engine()
+    engine.add_request("a", "Hello", SamplingParams(max_tokens=3, temperature=1.0, seed=2**64 - 1))
+    assert len(run_all(engine)["a"].token_ids) >= 1
+
+
+def test_tiny_temperature_samples_greedily(make_engine):
+    engine = make_engine()
+    engine.add_request("tiny", "The quick brown fox", SamplingParams(max_tokens=6, temperature=1e-50,
+                                                                     ignore_eos=True))
+    engine.add_request("greedy", "The quick brown fox", SamplingParams(max_tokens=6, ignore_eos=True))
+    results = run_all(engine)
+    assert results["tiny"].token_ids == results["greedy"].token_ids
+
+
+def test_token_ids_beyond_the_model_vocabulary_are_refused(make_engine):
+    engine = make_engine()
+    vocab = engine.runner.model.get_input_embeddings().num_embeddings
+    with pytest.raises(InvalidRequestError, match="token ids"):
+        engine.add_request("bad", [vocab], SamplingParams())
+    assert engine.vocab_size <= vocab
+
+
+@pytest.mark.parametrize("where", ["sample", "check_stop"])
+def test_one_rows_failure_fails_that_request_only(make_engine, monkeypatch, where):
+    from orthrus_rag.engine import engine as engine_module
+
+    engine = make_engine()
+    real = getattr(engine_module, where)
+
+    def planted(*args):
+        row = args[0] if where == "check_stop" else None
+        if (row is not None and row.request_id == "bad") or (row is None and args[1].seed == 7):
+            raise FloatingPointError("planted failure")
+        return real(*args)
+
+    monkeypatch.setattr(engine_module, where, planted)
+    engine.add_request("good", "Hello there", SamplingParams(max_tokens=4, ignore_eos=True))
+    engine.add_request("bad", "Hello there", SamplingParams(max_tokens=4, ignore_eos=True, seed=7))
+    results = run_all(engine)
+    assert isinstance(results["bad"], FloatingPointError)
+    assert results["good"].usage.completion_tokens == 4
+
+
+def test_aborting_many_waiting_requests_is_linear(make_engine):
+    import time
+
+    engine = make_engine(max_waiting=20_000)
+    for i in range(20_000):
+        engine.add_request(f"r{i}", [5, 6, 7], SamplingParams(max_tokens=1))
+    start = time.perf_counter()
+    for i in reversed(range(20_000)):
+        engine.abort(f"r{i}")
+    assert time.perf_counter() - start < 2.0  # scanning a queue per removal takes minutes here
