@@ -1,16 +1,7 @@
-"""The RAG stack from the Hydra config, one builder per part; every entry point builds through these.
-
-    group                    part                                   builder
-    model, embedder, runtime the engine                             engine_config -> start_engine
-    embedder                 how queries and passages are embedded  pooling_params, embedder_name
-    index (and a corpus)     the dense index                        IndexSpec -> index_source -> load_index
-    pipeline                 retriever, reasoner and pipeline       make_pipeline, rag_pipeline
-
-`orthrus-rag` (eval/experiment.py), `orthrus-rag-bench` (eval/bench), `orthrus-rag-index` (cli/index.py) and
-`orthrus-rag-serve` (serving) call these and nothing else to assemble a stack. Each group's values are checked
-against the dataclass it maps onto (`typed`, `check_settings`): an unknown key or a value of the wrong type is a
-`UserError` naming the key, which the apps print as one line.
-"""
+"""The RAG stack from the Hydra config, one builder per part, used by every entry point: the engine (`model`,
+`embedder`, `runtime` groups), the dense index (`index`), the retriever, reasoner and pipeline (`pipeline`).
+Each group is checked against the dataclass it maps onto: an unknown key or a value of the wrong type is a
+`UserError` naming the key, which the apps print as one line."""
 from __future__ import annotations
 
 import dataclasses
@@ -81,8 +72,6 @@ def _fits(value: Any, hint: Any) -> bool:
         return isinstance(value, (str, Path))
     if origin is dict:
         return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and all(_fits(v, args[0]) for v in value)
     return isinstance(value, origin or hint)
 
 
@@ -91,12 +80,9 @@ _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or 
 
 
 def _describe(hint: Any) -> str:
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_describe(arg) for arg in args)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    return _NAMES.get(hint, f"a {getattr(origin or hint, '__name__', hint)}")
+    if get_origin(hint) in (Union, types.UnionType, Literal):
+        return " or ".join(_describe(arg) if get_origin(hint) is not Literal else repr(arg) for arg in get_args(hint))
+    return _NAMES.get(hint, f"a {getattr(get_origin(hint) or hint, '__name__', hint)}")
 
 
 # ---- engine ---------------------------------------------------------------------------------------------------
@@ -119,7 +105,7 @@ def embedder_name(cfg: DictConfig) -> str:
 
 
 def start_engine(config: EngineConfig) -> AsyncEngine:
-    """An AsyncEngine; a model that cannot be found or a bad runtime value is a UserError."""
+    """An AsyncEngine; a missing model or a bad runtime value is a UserError."""
     from orthrus_rag.engine import AsyncEngine, InvalidRequestError
     from orthrus_rag.models import ModelNotFoundError
 
