@@ -19,9 +19,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.cli.common import (UserError, index_folder, launch, load_index, pooling_params, read_corpus,
-                                    start_engine)
+from orthrus_rag.cli.common import UserError, launch
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
+from orthrus_rag.engine import EngineLike
+from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, engine_config, index_source, load_index,
+                               make_pipeline, pooling_params, rag_pipeline, start_engine, typed)
 
 APP = "orthrus-rag"
 TRACE_CHARS = 160
@@ -29,19 +31,22 @@ TRACE_CHARS = 160
 
 @dataclass
 class DatasetSpec:
-    """The `dataset` group with paths made absolute (relative paths are from where the command was run)."""
+    """The `dataset` group; `path` and `corpus` are made absolute (relative paths are from where the command was
+    run), null ones are the embedded demo set's."""
 
     name: str
-    path: Path
-    corpus: Path
+    path: Path | None
+    corpus: Path | None
     split: str
     limit: int | None
 
+    def __post_init__(self) -> None:
+        self.path = _absolute(self.path) if self.path else demo_questions_path()
+        self.corpus = _absolute(self.corpus) if self.corpus else demo_corpus_path()
+
     @classmethod
     def from_config(cls, dataset: DictConfig) -> DatasetSpec:
-        path = _absolute(dataset.path) if dataset.path else demo_questions_path()
-        corpus = _absolute(dataset.corpus) if dataset.corpus else demo_corpus_path()
-        return cls(dataset.name, path, corpus, dataset.split, dataset.limit)
+        return typed(cls, dataset, "dataset")
 
 
 def _absolute(path: str) -> Path:
@@ -71,24 +76,10 @@ def read_questions(spec: DatasetSpec) -> list:
     return questions
 
 
-def make_pipeline(cfg: DictConfig, retriever: Any, reasoner: Any) -> Any:
-    """The pipeline named by `pipeline.name`, with the group's other keys as its settings."""
-    from pipelines import build_pipeline
-
-    settings = OmegaConf.to_container(cfg.pipeline, resolve=True)
-    name = settings.pop("name", None)
-    try:
-        return build_pipeline(name, retriever, reasoner, **settings)
-    except (KeyError, TypeError, ValueError) as error:
-        raise UserError(f"pipeline: {error.args[0] if error.args else error}") from error
-
-
 # ---- the run ------------------------------------------------------------------------------------------------
-async def answer_all(cfg: DictConfig, engine: Any, spec: DatasetSpec, passages: list, questions: list) -> RunOutput:
-    from orthrus_rag.rag import DenseRetriever, EngineReasoner
-
-    index = await load_index(engine, cfg, index_folder(cfg, spec.corpus, passages), passages)
-    pipeline = make_pipeline(cfg, DenseRetriever(engine, index, pooling_params(cfg)), EngineReasoner(engine))
+async def answer_all(cfg: DictConfig, engine: EngineLike, source: IndexSource, questions: list) -> RunOutput:
+    pooling = pooling_params(cfg)
+    pipeline = rag_pipeline(cfg.pipeline, engine, await load_index(engine, source, pooling), pooling)
     start = time.perf_counter()
     answers = await pipeline.run([q.question for q in questions], concurrency=cfg.concurrency)
     return RunOutput(questions, answers, time.perf_counter() - start, engine.stats())
@@ -98,11 +89,11 @@ def execute(cfg: DictConfig) -> RunOutput:
     """Load everything the config names, check it, then answer every question with one engine."""
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
-    passages = read_corpus(spec.corpus)
-    make_pipeline(cfg, None, None)  # settings errors show before the models load
-    engine = start_engine(cfg)
+    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg))
+    make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
+    engine = start_engine(engine_config(cfg))
     try:
-        return asyncio.run(answer_all(cfg, engine, spec, passages, questions))
+        return asyncio.run(answer_all(cfg, engine, source, questions))
     finally:
         engine.shutdown()
 
@@ -124,7 +115,7 @@ def prediction_row(question: Any, answer: Any, scores: Any) -> dict[str, Any]:
             "aliases": question.aliases, "prediction": answer.prediction,
             "passages": [p.title or p.id for p in answer.passages], "gold_titles": question.gold_titles,
             "scores": asdict(scores), "latency_s": answer.latency_s, "queue_s": answer.queue_s,
-            "calls": answer.num_calls, "trace": trace_summary(answer)}
+            "calls": answer.num_calls, "trace": trace_summary(answer), "error": answer.error}
 
 
 def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list[dict]]:
@@ -134,7 +125,8 @@ def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list
     questions = run.questions
     scores = score_answers(questions, run.answers)
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
-               "n": len(questions), "metrics": aggregate(scores),
+               "n": len(questions), "failed": sum(a.error is not None for a in run.answers),
+               "metrics": aggregate(scores),
                "latency": latency_stats([a.latency_s for a in run.answers]),
                "qps": len(questions) / run.wall_s if run.wall_s > 0 else 0.0, "wall_s": run.wall_s,
                "engine": run.engine_stats, "config": OmegaConf.to_container(cfg, resolve=True)}

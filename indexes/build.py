@@ -10,6 +10,7 @@ from tqdm.auto import tqdm
 
 from indexes.faiss_index import DenseIndex, IndexMismatchError
 from indexes.manifest import MANIFEST_FILE
+from orthrus_rag.engine import EngineLike, PoolingParams
 from orthrus_rag.rag.types import Passage
 
 EmbedMany = Callable[[list[str]], Awaitable[np.ndarray]]
@@ -60,7 +61,7 @@ async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], e
     return index
 
 
-def engine_embedder(engine: Any, pooling_params: Any) -> EmbedMany:
+def engine_embedder(engine: EngineLike, pooling_params: PoolingParams) -> EmbedMany:
     """An `embed_many` that sends one `engine.embed` request a text, all at once, and stacks the vectors."""
 
     async def embed_many(texts: list[str]) -> np.ndarray:

@@ -1,9 +1,8 @@
 """Pipelines, one file and one class each, registered here by name."""
 from __future__ import annotations
 
-import inspect
-
 from orthrus_rag.rag import Pipeline, Reasoner, Retriever
+from orthrus_rag.stack import check_settings
 from pipelines.ircot import IRCoT
 from pipelines.iter_retgen import IterRetGen
 from pipelines.no_retrieval import NoRetrieval
@@ -19,16 +18,13 @@ PIPELINES: dict[str, type[Pipeline]] = {
 }
 
 
-def build_pipeline(name: str, retriever: Retriever | None, reasoner: Reasoner, **settings: object) -> Pipeline:
-    """The pipeline registered as `name`, built with its own keyword settings."""
+def build_pipeline(name: str, retriever: Retriever | None, reasoner: Reasoner | None,
+                   **settings: object) -> Pipeline:
+    """The pipeline registered as `name`, built with its own keyword settings (checked: `SettingError`)."""
     if name not in PIPELINES:
         raise KeyError(f"unknown pipeline {name!r}; known: {sorted(PIPELINES)}")
-    cls = PIPELINES[name]
-    known = [p for p in inspect.signature(cls).parameters if p not in ("retriever", "reasoner")]
-    unknown = sorted(set(settings) - set(known))
-    if unknown:
-        raise TypeError(f"pipeline {name!r} has no setting(s) {unknown}; its settings are {known}")
-    return cls(retriever, reasoner, **settings)
+    check_settings(PIPELINES[name], settings, "pipeline", skip=("retriever", "reasoner"))
+    return PIPELINES[name](retriever, reasoner, **settings)
 
 
 __all__ = ["PIPELINES", "IRCoT", "IterRetGen", "NoRetrieval", "SelfAsk", "StandardRAG", "build_pipeline"]

@@ -9,41 +9,49 @@ sentence (or, with `final_reader`, a reader over all passages) gives the answer.
 
 Two settings help a small generator read: with `demo_turns` the worked examples come as earlier turns of the
 chat, so their passages are not mistaken for this question's; with `best_last` the passages are listed best
-last, nearest the question. Both are on in conf/pipeline/ircot.yaml.
+last, nearest the question. Both are on by default.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.rag import Answer, Passage, Pipeline, Reasoner, Retriever, extract_answer, find_answer
+from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer, find_answer
 from orthrus_rag.rag.answer import first_sentence
 from pipelines.prompts import load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
 
 
+@dataclass(kw_only=True)
 class IRCoT(Pipeline):
     """Interleaved retrieval and chain-of-thought; see the module docstring."""
 
-    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_steps: int = 4,
-                 max_passages: int = 12, query: str = "sentence", fresh: bool = True, final_reader: bool = True,
-                 prompt: str = "ircot", reader_prompt: str = "qa_with_passages", demos: str = "bridge_demos.jsonl",
-                 num_demos: int = 4, demo_turns: bool = False, best_last: bool = False, passage_words: int = 50,
-                 max_tokens: int = 32, reader_max_tokens: int = 32):
-        super().__init__(retriever, reasoner)
-        if max_steps < 1 or k < 1 or max_passages < 1:
-            raise ValueError(f"k, max_steps and max_passages must be >= 1, got {k}, {max_steps}, {max_passages}")
-        if query not in QUERIES:
-            raise ValueError(f"query must be one of {QUERIES}, got {query!r}")
-        self.k, self.max_steps, self.max_passages = k, max_steps, max_passages
-        self.query, self.fresh, self.final_reader = query, fresh, final_reader
-        self.prompt, self.reader_prompt = prompt, reader_prompt
-        self.num_demos, self.passage_words = num_demos, passage_words
-        self.demo_turns, self.best_last = demo_turns, best_last
-        self.max_tokens, self.reader_max_tokens = max_tokens, reader_max_tokens
-        self._template = load_prompt(prompt)
-        self._reader = load_prompt(reader_prompt)
-        self.demos = demos
-        self._demos = load_demos(demos, num_demos) if num_demos else []
+    k: int = 4
+    max_steps: int = 4
+    max_passages: int = 12
+    query: str = "sentence"  # the retrieval query after a step: sentence | question+sentence
+    fresh: bool = True  # each step adds k passages not seen yet (else: the new ones among its top k)
+    final_reader: bool = True  # no answer stated: a reader answers from all passages
+    prompt: str = "ircot"
+    reader_prompt: str = "qa_with_passages"
+    demos: str = "bridge_demos.jsonl"
+    num_demos: int = 4
+    demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
+    best_last: bool = True  # list passages best last, nearest the question
+    passage_words: int = 50
+    max_tokens: int = 32
+    reader_max_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.k < 1 or self.max_passages < 1:
+            raise ValueError(f"k, max_steps and max_passages must be >= 1, got {self.k}, {self.max_steps}, "
+                             f"{self.max_passages}")
+        if self.query not in QUERIES:
+            raise ValueError(f"query must be one of {QUERIES}, got {self.query!r}")
+        self._template = load_prompt(self.prompt)
+        self._reader = load_prompt(self.reader_prompt)
+        self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
 
     async def answer(self, question: str) -> Answer:
         passages = (await self.retrieve(question, self.k))[: self.max_passages]

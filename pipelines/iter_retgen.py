@@ -5,27 +5,31 @@ generates a full answer (reasoning and answer) from those passages; the last gen
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.rag import Answer, Passage, Pipeline, Reasoner, Retriever, extract_answer
+from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer
 from pipelines.prompts import load_demos, load_prompt
 
 
+@dataclass(kw_only=True)
 class IterRetGen(Pipeline):
     """Iterative retrieval-generation synergy; see the module docstring."""
 
-    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 5, iterations: int = 3,
-                 prompt: str = "cot_with_passages", demos: str = "demos.jsonl", num_demos: int = 2,
-                 demo_turns: bool = False, passage_words: int = 60, max_tokens: int = 100):
-        super().__init__(retriever, reasoner)
-        if iterations < 1 or k < 1:
-            raise ValueError(f"k and iterations must be >= 1, got k={k}, iterations={iterations}")
-        self.k, self.iterations = k, iterations
-        self.prompt, self.num_demos, self.passage_words = prompt, num_demos, passage_words
-        self.demo_turns = demo_turns
-        self.max_tokens = max_tokens
-        self._template = load_prompt(prompt)
-        self.demos = demos
-        self._demos = load_demos(demos, num_demos) if num_demos else []
+    k: int = 5
+    iterations: int = 3
+    prompt: str = "cot_with_passages"
+    demos: str = "demos.jsonl"
+    num_demos: int = 2
+    demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
+    passage_words: int = 60
+    max_tokens: int = 100
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1 or self.k < 1:
+            raise ValueError(f"k and iterations must be >= 1, got k={self.k}, iterations={self.iterations}")
+        self._template = load_prompt(self.prompt)
+        self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
 
     async def answer(self, question: str) -> Answer:
         generation, passages = "", []

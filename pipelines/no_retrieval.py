@@ -1,23 +1,26 @@
 """No retrieval: the generator answers from what it already knows."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.rag import Answer, Pipeline, Reasoner, Retriever, extract_answer
+from orthrus_rag.rag import Answer, Pipeline, extract_answer
 from pipelines.prompts import load_demos, load_prompt
 
 
+@dataclass(kw_only=True)
 class NoRetrieval(Pipeline):
     """Ask the generator directly; the retriever (if given) is never used."""
 
-    def __init__(self, retriever: Retriever | None, reasoner: Reasoner, *, prompt: str = "qa_direct",
-                 demos: str = "demos.jsonl", num_demos: int = 4, demo_turns: bool = False, max_tokens: int = 32):
-        super().__init__(retriever, reasoner)
-        self.prompt = prompt
-        self.num_demos, self.demo_turns = num_demos, demo_turns
-        self.max_tokens = max_tokens
-        self._template = load_prompt(prompt)
-        self.demos = demos
-        self._demos = load_demos(demos, num_demos) if num_demos else []
+    prompt: str = "qa_direct"
+    demos: str = "demos.jsonl"
+    num_demos: int = 4
+    demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
+    max_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        self._template = load_prompt(self.prompt)
+        self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
 
     async def answer(self, question: str) -> Answer:
         prompt = self._template.messages(question, demos=self._demos, demo_turns=self.demo_turns)

@@ -9,9 +9,10 @@ question from all passages.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.rag import Answer, Message, Passage, Pipeline, Reasoner, Retriever, extract_answer, find_answer
+from orthrus_rag.rag import Answer, Message, Passage, Pipeline, extract_answer, find_answer
 from pipelines.ircot import add_new
 from pipelines.prompts import load_demos, load_prompt
 
@@ -20,25 +21,29 @@ INTERMEDIATE = "Intermediate answer:"
 _FINAL = re.compile(r"final answer", re.IGNORECASE)
 
 
+@dataclass(kw_only=True)
 class SelfAsk(Pipeline):
     """Follow-up questions answered by retrieval; see the module docstring."""
 
-    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 4, max_follow_ups: int = 3,
-                 max_passages: int = 12, prompt: str = "self_ask", reader_prompt: str = "qa_with_passages",
-                 demos: str = "demos.jsonl", num_demos: int = 2, demo_turns: bool = False, passage_words: int = 50,
-                 max_tokens: int = 32, reader_max_tokens: int = 24):
-        super().__init__(retriever, reasoner)
-        if k < 1 or max_follow_ups < 1 or max_passages < 1:
-            raise ValueError(f"k, max_follow_ups and max_passages must be >= 1, got {k}, {max_follow_ups}, "
-                             f"{max_passages}")
-        self.k, self.max_follow_ups, self.max_passages = k, max_follow_ups, max_passages
-        self.prompt, self.reader_prompt = prompt, reader_prompt
-        self.num_demos, self.passage_words, self.demo_turns = num_demos, passage_words, demo_turns
-        self.max_tokens, self.reader_max_tokens = max_tokens, reader_max_tokens
-        self._template = load_prompt(prompt)
-        self._reader = load_prompt(reader_prompt)
-        self.demos = demos
-        self._demos = load_demos(demos, num_demos) if num_demos else []
+    k: int = 4  # passages per retrieval (the question's, then each follow-up's new ones)
+    max_follow_ups: int = 3
+    max_passages: int = 12  # cap on the passages held
+    prompt: str = "self_ask"  # transcript prompt with its worked examples
+    reader_prompt: str = "qa_with_passages"  # answers each follow-up, and the question without a stated answer
+    demos: str = "demos.jsonl"  # reader demonstrations
+    num_demos: int = 2
+    demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
+    passage_words: int = 50
+    max_tokens: int = 32  # per transcript line
+    reader_max_tokens: int = 24
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.max_follow_ups < 1 or self.max_passages < 1:
+            raise ValueError(f"k, max_follow_ups and max_passages must be >= 1, got {self.k}, "
+                             f"{self.max_follow_ups}, {self.max_passages}")
+        self._template = load_prompt(self.prompt)
+        self._reader = load_prompt(self.reader_prompt)
+        self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
 
     async def answer(self, question: str) -> Answer:
         passages = (await self.retrieve(question, self.k))[: self.max_passages]

@@ -1,26 +1,28 @@
 """Standard RAG: retrieve once with the question, then answer from those passages."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.rag import Answer, Pipeline, Reasoner, Retriever, extract_answer
+from orthrus_rag.rag import Answer, Pipeline, extract_answer
 from pipelines.prompts import load_demos, load_prompt
 
 
+@dataclass(kw_only=True)
 class StandardRAG(Pipeline):
     """One retrieval of `k` passages, one generation."""
 
-    def __init__(self, retriever: Retriever, reasoner: Reasoner, *, k: int = 5, prompt: str = "qa_with_passages",
-                 demos: str = "demos.jsonl", num_demos: int = 2, demo_turns: bool = False, passage_words: int = 60,
-                 max_tokens: int = 32):
-        super().__init__(retriever, reasoner)
-        self.k = k
-        self.prompt = prompt
-        self.num_demos, self.demo_turns = num_demos, demo_turns
-        self.passage_words = passage_words
-        self.max_tokens = max_tokens
-        self._template = load_prompt(prompt)
-        self.demos = demos
-        self._demos = load_demos(demos, num_demos) if num_demos else []
+    k: int = 5
+    prompt: str = "qa_with_passages"
+    demos: str = "demos.jsonl"
+    num_demos: int = 2
+    demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
+    passage_words: int = 60
+    max_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        self._template = load_prompt(self.prompt)
+        self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
 
     async def answer(self, question: str) -> Answer:
         passages = await self.retrieve(question, self.k)

@@ -1,9 +1,10 @@
 """The four ways of serving the same embed and generate requests that the benchmark compares.
 
-Each backend offers `await embed(text, params=None) -> EmbedOutput`, `await generate(text, params=None) ->
-GenerateOutput`, `tokenizer` (the generator's), `await stats()` (counters once idle), `await snapshot()` (counters
-now) and `close()`, so a backend can stand in for an `AsyncEngine` under `DenseRetriever` and `EngineReasoner`.
-Without params, the backend's own (the benchmark's) sampling and pooling settings apply.
+Each backend is an `EngineLike` (orthrus_rag/engine/protocol.py: `await embed(text, params=None) -> EmbedOutput`,
+`await generate(text, params=None) -> GenerateOutput`, `tokenizer` (the generator's), `stats()` (counters now)), so
+it can stand in for an `AsyncEngine` under `DenseRetriever` and `EngineReasoner`; it also offers
+`await settled_stats()` (counters once idle) and `close()`. Without params, the backend's own (the benchmark's)
+sampling and pooling settings apply.
 
 - `EngineBackend` (modes `hetero` and `alternating`): one `AsyncEngine` using every core; `alternating` is the same
   engine with `policy=alternating`, so a step never holds both kinds.
@@ -20,6 +21,7 @@ Without params, the backend's own (the benchmark's) sampling and pooling setting
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import multiprocessing as mp
 import queue
@@ -52,10 +54,10 @@ class EngineBackend:
     async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
         return await self.engine.generate(text, replace(params or self.sampling))
 
-    async def snapshot(self) -> dict:
+    def stats(self) -> dict:
         return self.engine.stats()
 
-    async def stats(self) -> dict:
+    async def settled_stats(self) -> dict:
         """Counters once the engine is idle: `AsyncEngine.stats()` is refreshed after a step's results are
         delivered, so right after the last answer it can still miss that step."""
         for _ in range(500):
@@ -114,7 +116,7 @@ class IsolatedBackend:
         for _ in self.procs:
             rid, _ = self.outbox.get(timeout=600)
             assert rid == "ready", rid
-        self.futures: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self.futures: dict[str, concurrent.futures.Future] = {}
         self.ids = itertools.count()
         self.generator = config.generator
         self._tokenizer = None
@@ -136,30 +138,32 @@ class IsolatedBackend:
     async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
         return await self._send("generate", text, params)
 
-    async def stats(self) -> dict:
-        return {kind: await self._send(kind, None) for kind in self.inboxes}
+    def stats(self) -> dict:
+        """Each process's counters (a round trip to both; waits for their current steps)."""
+        asked = {kind: self._post(kind, None) for kind in self.inboxes}
+        return {kind: future.result(timeout=600) for kind, future in asked.items()}
 
-    async def snapshot(self) -> dict:
-        return await self.stats()
+    async def settled_stats(self) -> dict:
+        return await asyncio.to_thread(self.stats)
 
-    async def _send(self, kind: str, text: str | None, params=None):
-        rid = f"{kind}-{next(self.ids)}"
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.futures[rid] = (loop, future)
-        self.inboxes[kind].put((rid, text, params))
-        reply = await future
+    async def _send(self, kind: str, text: str, params=None):
+        reply = await asyncio.wrap_future(self._post(kind, text, params))
         if isinstance(reply, str):
-            raise RuntimeError(f"{kind} process failed request {rid}: {reply}")
+            raise RuntimeError(f"{kind} process failed request: {reply}")
         return reply
+
+    def _post(self, kind: str, text: str | None, params=None) -> concurrent.futures.Future:
+        rid = f"{kind}-{next(self.ids)}"
+        self.futures[rid] = future = concurrent.futures.Future()
+        self.inboxes[kind].put((rid, text, params))
+        return future
 
     def _read(self) -> None:
         while True:
             rid, reply = self.outbox.get()
             if rid is None:
                 return
-            loop, future = self.futures.pop(rid)
-            loop.call_soon_threadsafe(future.set_result, reply)
+            self.futures.pop(rid).set_result(reply)
 
     def close(self) -> None:
         for inbox in self.inboxes.values():
@@ -229,11 +233,11 @@ class HFBackend:
     async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
         return await self._submit("generate", text, params or self.sampling)
 
-    async def stats(self) -> dict:
+    def stats(self) -> dict:
         return dict(self.counts)
 
-    async def snapshot(self) -> dict:
-        return dict(self.counts)
+    async def settled_stats(self) -> dict:
+        return self.stats()
 
     async def _submit(self, kind: str, text: str, params):
         loop = asyncio.get_running_loop()

@@ -20,7 +20,9 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.cli.common import UserError, engine_config, launch, pooling_params
+from orthrus_rag.cli.common import UserError, launch
+from orthrus_rag.stack import (IndexSpec, embedder_name, engine_config, index_source, make_pipeline, plain,
+                               pooling_params, typed)
 
 APP = "orthrus-rag-bench"
 
@@ -44,25 +46,16 @@ def workload_from_config(cfg: DictConfig):
 
 def rag_setup(cfg: DictConfig):
     """The rag workload's questions, index source, pipeline and engine settings from the config."""
-    from eval.bench.rag import IndexSource, RagSetup, RagWorkload
-    from eval.experiment import DatasetSpec, make_pipeline, read_questions
-    from orthrus_rag.cli.common import IndexSpec, embedder_name, index_folder, read_corpus
+    from eval.bench.rag import RagSetup, RagWorkload
+    from eval.experiment import DatasetSpec, read_questions
 
     check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
-    passages = read_corpus(spec.corpus)
-    make_pipeline(cfg, None, None)  # settings errors show before the models load
-    index = IndexSpec.from_config(cfg.index)
-    source = IndexSource(index_folder(cfg, spec.corpus, passages), passages, embedder_name(cfg), index.factory,
-                         index.batch_size)
-    workload = OmegaConf.to_container(cfg.workload, resolve=True)
-    try:
-        workload = RagWorkload(**workload)
-    except TypeError as error:
-        raise UserError(f"workload: {error}") from error
-    return RagSetup(engine_config(cfg), pooling_params(cfg), OmegaConf.to_container(cfg.pipeline, resolve=True),
-                    questions, source, workload)
+    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg))
+    make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
+    workload = typed(RagWorkload, cfg.workload, "workload")
+    return RagSetup(engine_config(cfg), pooling_params(cfg), plain(cfg.pipeline), questions, source, workload)
 
 
 def rag_rates(cfg: DictConfig) -> list:

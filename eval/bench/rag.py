@@ -14,7 +14,6 @@ import contextlib
 import gc
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -22,7 +21,8 @@ from tqdm import tqdm
 from eval.bench.runner import engine_delta, machine_info, make_backend, num_cores
 from eval.bench.rag_metrics import RunData, ratios, summarize_run
 from eval.load import Load
-from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
+from orthrus_rag.stack import IndexSource, load_index, rag_pipeline
 
 WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
 
@@ -43,17 +43,6 @@ class RagWorkload:
         if not rates:
             raise ValueError("give at least one rate (or null for a closed loop)")
         return [Load(rate, self.burstiness, self.clients, self.max_in_flight, self.seed) for rate in rates]
-
-
-@dataclass
-class IndexSource:
-    """Where the shared index comes from: its cache folder, or built through an engine and saved there."""
-
-    folder: Path
-    passages: list
-    embedder_name: str
-    factory: str = "Flat"
-    batch_size: int = 64
 
 
 @dataclass
@@ -80,7 +69,7 @@ class Call:
 class LoggedBackend:
     """A backend in the engine's place for DenseRetriever/EngineReasoner, logging each call's timing."""
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: EngineLike):
         self.backend = backend
         self.calls: list[Call] = []
 
@@ -101,6 +90,9 @@ class LoggedBackend:
         self.calls.append(Call("generate", sent, done, *token_times(out, sent, done)))
         return out
 
+    def stats(self) -> dict:
+        return self.backend.stats()
+
     def take(self) -> list[Call]:
         calls, self.calls = self.calls, []
         return calls
@@ -118,7 +110,7 @@ def token_times(out: Any, sent: float, done: float) -> tuple[float | None, float
 class Sampler:
     """Engine counters every `interval` seconds while a run is in flight: (seconds since start, snapshot)."""
 
-    def __init__(self, backend: Any, interval: float):
+    def __init__(self, backend: EngineLike, interval: float):
         self.backend, self.interval = backend, interval
         self.samples: list[tuple[float, dict]] = []
         self.task: asyncio.Task | None = None
@@ -132,11 +124,11 @@ class Sampler:
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
-        self.samples.append((time.perf_counter() - self.start, await self.backend.snapshot()))
+        self.samples.append((time.perf_counter() - self.start, await asyncio.to_thread(self.backend.stats)))
 
     async def _run(self) -> None:
         while True:
-            self.samples.append((time.perf_counter() - self.start, await self.backend.snapshot()))
+            self.samples.append((time.perf_counter() - self.start, await asyncio.to_thread(self.backend.stats)))
             await asyncio.sleep(self.interval)
 
 
@@ -160,43 +152,30 @@ class _LazyEngine:
 
 def shared_index(setup: RagSetup) -> Any:
     """The index every mode searches: loaded from its folder, or built through an engine and saved there."""
-    from indexes import engine_embedder, load_or_build
-
-    src = setup.index
     engine = _LazyEngine(replace(setup.config, num_threads=setup.config.num_threads or num_cores()))
     try:
-        return asyncio.run(load_or_build(src.folder, src.passages, engine_embedder(engine, setup.pooling),
-                                         src.embedder_name, factory=src.factory, batch_size=src.batch_size))
+        return asyncio.run(load_index(engine, setup.index, setup.pooling))
     finally:
         engine.shutdown()
 
 
 # ---- one mode ---------------------------------------------------------------------------------------------------
-def make_rag_pipeline(setup: RagSetup, engine: Any, index: Any) -> Any:
-    from orthrus_rag.rag import DenseRetriever, EngineReasoner
-    from pipelines import build_pipeline
-
-    settings = dict(setup.pipeline)
-    name = settings.pop("name")
-    return build_pipeline(name, DenseRetriever(engine, index, setup.pooling), EngineReasoner(engine), **settings)
-
-
 async def run_load(mode: str, backend: Any, setup: RagSetup, index: Any, load: Load) -> RunData:
     """Warm-up questions (untimed), then every question under `load`, with calls logged and counters sampled."""
     logged = LoggedBackend(backend)
-    pipeline = make_rag_pipeline(setup, logged, index)
+    pipeline = rag_pipeline(setup.pipeline, logged, index, setup.pooling)
     texts = [q.question for q in setup.questions]
     if setup.workload.warmup_questions:
         warmup = [WARMUP_TEMPLATE.format(i + 1) for i in range(setup.workload.warmup_questions)]
         await pipeline.run(warmup, concurrency=None, progress=False)
         logged.take()
     tqdm.write(f"{mode}: {len(texts)} questions, {load.label}")
-    before = await backend.stats()
+    before = await backend.settled_stats()
     async with Sampler(backend, setup.workload.sample_interval_s) as sampler:
         start = time.perf_counter()
         answers = await pipeline.run(texts, concurrency=load.concurrency(), arrivals=load.arrivals(len(texts)))
         wall = time.perf_counter() - start
-    engine = engine_delta(await backend.stats(), before)
+    engine = engine_delta(await backend.settled_stats(), before)
     return RunData(mode, load, answers, wall, logged.take(), sampler.samples, engine, start)
 
 

@@ -93,9 +93,9 @@ async def run_mode(mode: str, backend, phases: dict[str, list[Request]], warmup:
         await closed_loop(backend, warmup, clients, f"{mode} warm-up")
     runs = {}
     for name, requests in phases.items():
-        before = await backend.stats()
+        before = await backend.settled_stats()
         records, wall = await closed_loop(backend, requests, clients, f"{mode} {name}")
-        runs[name] = PhaseRun(records, wall, engine_delta(await backend.stats(), before))
+        runs[name] = PhaseRun(records, wall, engine_delta(await backend.settled_stats(), before))
     return runs
 
 

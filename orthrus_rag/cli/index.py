@@ -15,8 +15,10 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from indexes.manifest import MANIFEST_FILE
-from orthrus_rag.cli.common import index_folder, launch, load_index, read_corpus, start_engine
+from orthrus_rag.cli.common import launch
 from orthrus_rag.demo import demo_corpus_path
+from orthrus_rag.stack import (IndexSpec, embedder_name, engine_config, index_source, load_index, pooling_params,
+                               start_engine, typed)
 
 APP = "orthrus-rag-index"
 
@@ -48,13 +50,13 @@ def folder_size(folder: Path) -> int:
 
 def build(cfg: DictConfig) -> IndexReport:
     corpus = Path(to_absolute_path(cfg.corpus)) if cfg.corpus else demo_corpus_path()
-    passages = read_corpus(corpus)
-    folder = index_folder(cfg, corpus, passages)
+    source = index_source(typed(IndexSpec, cfg.index, "index"), corpus, embedder_name(cfg))
+    folder = source.folder
     before = _mtime(folder / MANIFEST_FILE)
-    engine = start_engine(cfg)
+    engine = start_engine(engine_config(cfg))
     try:
         start = time.perf_counter()
-        index = asyncio.run(load_index(engine, cfg, folder, passages))
+        index = asyncio.run(load_index(engine, source, pooling_params(cfg)))
         seconds = time.perf_counter() - start
     finally:
         engine.shutdown()

@@ -11,3 +11,4 @@ from orthrus_rag.engine.async_engine import AsyncEngine  # noqa: E402
 from orthrus_rag.engine.engine import LLMEngine  # noqa: E402
 
 __all__ += ["AsyncEngine", "LLMEngine"]
+from orthrus_rag.engine.protocol import EngineLike  # noqa: E402,F401 - the engine as the layers above see it

@@ -29,17 +29,18 @@ class _Recording:
 _RECORDING: ContextVar[_Recording | None] = ContextVar("orthrus_rag_trace", default=None)
 
 
+@dataclass(eq=False)
 class Pipeline(ABC):
     """A way of answering a question with a retriever and a reasoner.
 
-    Subclasses take `retriever`, `reasoner` and their own keyword settings, and write
+    A subclass is a `@dataclass(kw_only=True)` whose fields are its settings, with the defaults the project
+    reports (conf/pipeline/<name>.yaml holds the same values; a test compares them), and writes
     `async answer(question) -> Answer`, calling `self.retrieve` and `self.reason`: every such call is
     recorded in the answer's trace and the answer's latency is measured, without extra code.
     """
 
-    def __init__(self, retriever: Retriever | None, reasoner: Reasoner):
-        self.retriever = retriever
-        self.reasoner = reasoner
+    retriever: Retriever | None
+    reasoner: Reasoner | None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -77,7 +78,8 @@ class Pipeline(ABC):
 
     async def run(self, questions: Iterable[str], concurrency: int | None = 8,
                   arrivals: Sequence[float] | None = None, progress: bool = True) -> list[Answer]:
-        """Answer many questions concurrently; answers come back in input order.
+        """Answer many questions concurrently; answers come back in input order. A question whose answering
+        raises gets an answer with an empty prediction and the `error`; the other questions go on.
 
         At most `concurrency` questions are in flight at once (None: no limit). With `arrivals`
         (offsets in seconds from the start of the run, one per question), question i starts no earlier
@@ -95,7 +97,7 @@ class Pipeline(ABC):
             arrived = time.perf_counter()
             async with slots or contextlib.nullcontext():
                 queued = time.perf_counter() - arrived
-                result = await self.answer(questions[i])
+                result = await self._answer_or_error(questions[i])
             result.queue_s = queued
             bar.update(1)
             return result
@@ -104,6 +106,15 @@ class Pipeline(ABC):
             return await _gather_or_cancel([one(i) for i in range(len(questions))])
         finally:
             bar.close()
+
+    async def _answer_or_error(self, question: str) -> Answer:
+        """The answer, or an empty one recording the error: one question's failure does not end a run."""
+        start = time.perf_counter()
+        try:
+            return await self.answer(question)
+        except Exception as error:  # noqa: BLE001 - any failure of this question is its answer's error
+            failed = f"{type(error).__name__}: {error}"
+            return Answer(question, "", latency_s=time.perf_counter() - start, error=failed)
 
 
 def _traced(answer):  # noqa: ANN001, ANN202 - wraps any subclass's answer()

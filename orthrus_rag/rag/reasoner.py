@@ -5,7 +5,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Union
 
-from orthrus_rag.engine import SamplingParams
+from orthrus_rag.engine import EngineLike, SamplingParams
 
 Message = dict[str, str]
 Prompt = Union[str, list[Message]]
@@ -39,7 +39,7 @@ class Reasoner(ABC):
 class EngineReasoner(Reasoner):
     """Generates with the engine, through the generator's chat template unless told otherwise."""
 
-    def __init__(self, engine: Any, use_chat_template: bool = True):
+    def __init__(self, engine: EngineLike, use_chat_template: bool = True):
         self.engine = engine
         self.use_chat_template = use_chat_template
 
@@ -55,9 +55,19 @@ class EngineReasoner(Reasoner):
         messages = as_messages(prompt)
         if not self.use_chat_template:
             return "\n".join(m["content"] for m in messages)
-        continues = messages[-1]["role"] == "assistant"
-        return self.engine.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=not continues, continue_final_message=continues)
+        return apply_chat_template(self.engine.tokenizer, messages)
+
+
+def apply_chat_template(tokenizer: Any, messages: list[Message]) -> str:
+    """The text a generator sees for chat `messages`; the one rule for the reasoner and the HTTP chat endpoint.
+
+    A `developer` message counts as `system` (OpenAI's newer name for it). When the last message is from the
+    assistant, the generation continues that message (a prefilled start); otherwise the assistant's turn begins.
+    """
+    plain = [{"role": "system" if m["role"] == "developer" else m["role"], "content": m["content"]} for m in messages]
+    continues = plain[-1]["role"] == "assistant"
+    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=not continues,
+                                         continue_final_message=continues)
 
 
 def as_messages(prompt: Prompt) -> list[Message]:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from orthrus_rag.engine import PoolingParams
+from orthrus_rag.engine import EngineLike, PoolingParams
 from orthrus_rag.rag.types import Passage
 
 
@@ -40,7 +40,7 @@ class SearchIndex(Protocol):
 class DenseRetriever(Retriever):
     """Embeds the query through the engine (in its shared inference loop) and searches a dense index."""
 
-    def __init__(self, engine: Any, index: SearchIndex, pooling_params: PoolingParams | None = None):
+    def __init__(self, engine: EngineLike, index: SearchIndex, pooling_params: PoolingParams | None = None):
         self.engine = engine
         self.index = index
         self.pooling_params = pooling_params or PoolingParams()

@@ -50,7 +50,8 @@ class Answer:
     """A pipeline's answer to one question, with the passages it used and how it got there.
 
     `latency_s` is the time spent answering; `queue_s` the time the question waited for a free
-    slot after its arrival (only `Pipeline.run` sets it).
+    slot after its arrival (only `Pipeline.run` sets it). `error` names what went wrong when answering
+    failed (`Pipeline.run` records it and goes on; the prediction is then empty).
     """
 
     question: str
@@ -59,6 +60,7 @@ class Answer:
     trace: list[TraceEvent] = field(default_factory=list)
     latency_s: float = 0.0
     queue_s: float = 0.0
+    error: str | None = None
 
     @property
     def num_calls(self) -> dict[str, int]:

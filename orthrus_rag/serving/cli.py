@@ -9,21 +9,28 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
+from pydantic import ValidationError
 
-from orthrus_rag.cli.common import CONF_DIR, check_conf_dir, embedder_name, engine_config, pooling_params
+from orthrus_rag.cli.common import launch
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
+from orthrus_rag.stack import UserError, embedder_name, engine_config, pooling_params, start_engine
 
+APP = "orthrus-rag-serve"
 log = logging.getLogger("orthrus_rag.serving")
 
 
 def server_settings(cfg: DictConfig) -> ServerSettings:
     values = OmegaConf.to_container(cfg.server, resolve=True)
     embedder = OmegaConf.to_container(cfg.embedder, resolve=True)
-    values["embedding"] = EmbeddingSettings(**{k: embedder[k] for k in ("pooling", "normalize", "model")})
-    return ServerSettings.from_config(values)
+    try:
+        values["embedding"] = EmbeddingSettings(**{k: embedder[k] for k in ("pooling", "normalize", "model")})
+        return ServerSettings.from_config(values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"server.{key}: {first['msg']}, got {first.get('input')!r}") from error
 
 
 def build_rag(engine: AsyncEngine, cfg: DictConfig, settings: ServerSettings):
@@ -40,9 +47,13 @@ def run(cfg: DictConfig) -> None:
     from orthrus_rag.serving.server import serve
 
     settings = server_settings(cfg)
+    if settings.rag.enabled:
+        from orthrus_rag.serving.rag_service import check_pipelines  # imports the pipelines
+
+        check_pipelines(settings.rag)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key is None:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
-    engine = AsyncEngine(engine_config(cfg))
+    engine = start_engine(engine_config(cfg))
     try:
         rag = build_rag(engine, cfg, settings)
     except BaseException:
@@ -52,8 +63,7 @@ def run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    check_conf_dir("serve")
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="serve")(run)()
+    launch(APP, "serve", run)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Prometheus metrics, one registry per app: engine gauges and counters read at scrape time, request latency."""
+"""Prometheus metrics, one registry per app: engine gauges and counters read at scrape time, request latency.
+
+Every API route (a path under /v1/) is measured, labelled with its path as the app declares it."""
 from __future__ import annotations
 
 import time
@@ -6,9 +8,10 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-ENDPOINTS = ("/v1/embeddings", "/v1/completions", "/v1/chat/completions", "/v1/rag", "/v1/models")
+API_PREFIX = "/v1/"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -59,8 +62,7 @@ class MetricsMiddleware:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = scope.get("path", "")
-        if scope["type"] != "http" or endpoint not in ENDPOINTS:
+        if scope["type"] != "http" or not is_api_request(scope):
             return await self.app(scope, receive, send)
         start, status = time.perf_counter(), 500
 
@@ -73,4 +75,16 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, timed_send)
         finally:
-            self.metrics.observe(endpoint, status, time.perf_counter() - start)
+            self.metrics.observe(endpoint_label(scope), status, time.perf_counter() - start)
+
+
+def is_api_request(scope: Scope) -> bool:
+    """Whether the request is for one of the app's API routes (a path under /v1/, any method)."""
+    return scope["path"].startswith(API_PREFIX) and any(
+        route.matches(scope)[0] != Match.NONE for route in scope["app"].router.routes)
+
+
+def endpoint_label(scope: Scope) -> str:
+    """The route's path as the app declares it (`/v1/items/{id}`); the request path if it never reached a route
+    (refused before routing, e.g. a body over the limit)."""
+    return getattr(scope.get("route"), "path", scope["path"])

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from orthrus_rag.engine import AsyncEngine
+from orthrus_rag.rag.types import Answer
 from orthrus_rag.serving.lifecycle import Lifecycle
 from orthrus_rag.serving.metrics import ServerMetrics
 from orthrus_rag.serving.settings import ServerSettings
 
-RagFn = Callable[[str, "str | None"], Awaitable[dict]]
+RagFn = Callable[[str, "str | None"], Awaitable[Answer]]  # (question, pipeline name or None) -> the answer
 
 
 @dataclass

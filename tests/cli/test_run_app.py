@@ -70,6 +70,43 @@ def test_unknown_pipeline_setting_is_a_one_line_error(run_app, tiny_models, tmp_
     assert "orthrus-rag: error: pipeline:" in err and "depth" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("override, message", [
+    ("dataset.limit=abc", "dataset.limit: expected an integer or null, got 'abc'"),
+    ("pipeline.k=abc", "pipeline.k: expected an integer, got 'abc'"),
+    ("pipeline.demo_turns=maybe", "pipeline.demo_turns: expected true or false, got 'maybe'"),
+    ("runtime.max_num_seqs=abc", "runtime.max_num_seqs: expected an integer, got 'abc'"),
+    ("+runtime.speed=3", "runtime: no setting 'speed' (runtime.speed)"),
+    ("index.batch_size=1.5", "index.batch_size: expected an integer, got 1.5"),
+])
+def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, tiny_models, tmp_path, capsys,
+                                                                     override, message):
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(main, "orthrus-rag", *tiny_models, "pipeline=standard_rag", override,
+                f"hydra.run.dir={tmp_path / 'run'}")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"orthrus-rag: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_failing_question_is_recorded_and_counted(tmp_path):
+    from eval.datasets import Question
+    from eval.experiment import RunOutput, build_outputs, write_outputs
+    from orthrus_rag.rag import Answer
+    from hydra import compose, initialize_config_dir
+
+    from orthrus_rag.cli.common import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config")
+    questions = [Question("q1", "Who?", "Ann"), Question("q2", "Where?", "Oslo")]
+    answers = [Answer("Who?", "Ann"), Answer("Where?", "", error="RuntimeError: boom")]
+    results, rows = build_outputs(cfg, RunOutput(questions, answers, 1.0, {}))
+    assert results["failed"] == 1 and results["n"] == 2 and results["metrics"]["em"] == 0.5
+    assert [row["error"] for row in rows] == [None, "RuntimeError: boom"]
+    write_outputs(tmp_path, results, rows)
+    assert read_results(tmp_path)[1][1]["error"] == "RuntimeError: boom"
+
+
 def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
     missing = tmp_path / "nowhere" / "questions.jsonl"
     proc = subprocess.run([sys.executable, "-m", "eval.experiment", "dataset=2wiki", f"dataset.path={missing}",

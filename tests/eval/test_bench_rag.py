@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 from eval.bench.backends import EngineBackend, HFBackend
-from eval.bench.rag import IndexSource, RagSetup, RagWorkload, run_rag_bench
+from eval.bench.rag import LoggedBackend, RagSetup, RagWorkload, run_rag_bench
 from eval.datasets import load_questions
 from eval.load import arrival_offsets
 from eval.report import write_rag_reports
 from indexes import load_corpus
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
-from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.engine import EngineConfig, EngineLike, PoolingParams, SamplingParams
+from orthrus_rag.stack import IndexSource
 
 IRCOT = {"name": "ircot", "k": 2, "max_steps": 2, "max_passages": 4, "num_demos": 1, "passage_words": 20,
          "max_tokens": 4}
@@ -80,6 +81,9 @@ def test_backends_stand_in_for_the_engine(tiny_llama_dir, tiny_encoder_dir):
         backend = cls(config, SamplingParams(), PoolingParams())
         try:
             outs[name] = asyncio.run(ask(backend))
+            assert isinstance(backend, EngineLike) and isinstance(LoggedBackend(backend), EngineLike)
+            assert isinstance(getattr(backend, "engine", backend), EngineLike)  # the AsyncEngine itself
+            assert set(backend.stats()) and backend.stats() == asyncio.run(backend.settled_stats())
             assert backend.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
         finally:
             backend.close()

@@ -75,7 +75,8 @@ def test_config_composes():
     from hydra import compose, initialize_config_dir
 
     from eval.bench.cli import workload_from_config
-    from orthrus_rag.cli.common import CONF_DIR, UserError, engine_config, pooling_params
+    from orthrus_rag.cli.common import CONF_DIR, UserError
+    from orthrus_rag.stack import engine_config, pooling_params
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         mixed = compose("bench")

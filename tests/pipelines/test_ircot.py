@@ -33,7 +33,7 @@ async def test_the_query_can_be_the_question_then_the_sentence(retriever, script
 
 async def test_each_step_continues_the_numbered_steps_after_the_next_number(retriever, script):
     reasoner = script(["First.", " Second.", "So the answer is: x."])
-    await IRCoT(retriever, reasoner, k=1).answer(Q)
+    await IRCoT(retriever, reasoner, k=1, demo_turns=False).answer(Q)
     assert all(call.params.stop == ["\n"] for call in reasoner.calls)
     assert [m["role"] for m in reasoner.calls[0].input] == ["user", "assistant"]
     assert reasoner.calls[0].input[-1] == {"role": "assistant", "content": "1."}
@@ -50,7 +50,7 @@ async def test_each_step_adds_k_passages_not_seen_yet(retriever, script):
     retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "a", "c", "e"),
                          "Step two.": passages("a", "d", "c", "e", "f")}
     reasoner = script(["Step one.", "Step two.", "So the answer is: d."])
-    result = await sentence_only(retriever, reasoner, k=2).answer(Q)
+    result = await sentence_only(retriever, reasoner, k=2, best_last=False, demo_turns=False).answer(Q)
     assert ids(result) == ["a", "b", "c", "e", "d", "f"]
     assert [call.params for call in retriever.calls] == [2, 4, 6]  # k more than those already held
     last_prompt = reasoner.calls[2].input[0]["content"]

@@ -3,7 +3,7 @@ from pipelines import NoRetrieval
 
 async def test_never_retrieves_and_extracts_the_answer(retriever, script):
     reasoner = script(["Answer: Lisbon.\nIt is in Portugal."])
-    result = await NoRetrieval(retriever, reasoner).answer("Where is the Tagus estuary?")
+    result = await NoRetrieval(retriever, reasoner, demo_turns=False).answer("Where is the Tagus estuary?")
     assert result.prediction == "Lisbon" and result.passages == []
     assert retriever.calls == []
     prompt = reasoner.calls[0].input[-1]["content"]

@@ -16,7 +16,7 @@ async def test_follow_ups_are_retrieved_and_answered_until_the_final_answer(retr
     reasoner = script([" Who founded Velmora?", "Anton\nmore text",
                        "Follow up: Where was Anton born?", "Graz.",
                        "So the final answer is: Graz.", "never used"])
-    result = await SelfAsk(retriever, reasoner, k=2).answer(Q)
+    result = await SelfAsk(retriever, reasoner, k=2, demo_turns=False).answer(Q)
     assert result.prediction == "Graz"
     assert retriever.queries == [Q, "Who founded Velmora?", "Where was Anton born?"]
     assert [call.params for call in retriever.calls] == [2, 4, 6]  # k more than those already held
@@ -37,7 +37,7 @@ async def test_follow_ups_are_retrieved_and_answered_until_the_final_answer(retr
 
 async def test_without_a_final_answer_a_reader_answers_from_all_passages(retriever, script):
     reasoner = script([" Q1?", "x", "Follow up: Q2?", "y", "So the answer is: Rome."])
-    result = await SelfAsk(retriever, reasoner, k=1, max_follow_ups=2).answer(Q)
+    result = await SelfAsk(retriever, reasoner, k=1, max_follow_ups=2, demo_turns=False).answer(Q)
     assert result.prediction == "Rome"
     assert len(reasoner.calls) == 5
     final = reasoner.calls[-1].input[0]["content"]

@@ -101,16 +101,27 @@ async def test_run_follows_the_arrival_schedule():
     assert sorted(started, key=started.get) == ["a", "c", "d", "b"]
 
 
-async def test_run_propagates_errors_and_cancels_the_rest():
+async def test_run_records_a_failing_questions_error_and_answers_the_rest():
     class Fails(Pipeline):
         async def answer(self, question):
             if question == "bad":
                 raise ValueError("boom")
+            return Answer(question, question.upper())
+
+    answers = await Fails(None, echo()).run(["a", "bad", "c"], progress=False)
+    assert [a.prediction for a in answers] == ["A", "", "C"]
+    assert [a.error for a in answers] == [None, "ValueError: boom", None]
+    assert answers[1].question == "bad" and answers[1].latency_s >= 0
+
+
+async def test_cancelling_a_run_cancels_every_question_in_flight():
+    class Slow(Pipeline):
+        async def answer(self, question):
             await asyncio.sleep(10)
 
     start = time.perf_counter()
-    with pytest.raises(ValueError, match="boom"):
-        await Fails(None, echo()).run(["slow", "bad", "slow"], progress=False)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(Slow(None, echo()).run(["a", "b", "c"], progress=False), 0.2)
     assert time.perf_counter() - start < 1
 
 

@@ -77,3 +77,20 @@ def test_real_chat_template_continues_the_reasoning(tokenizer):
     text = EngineReasoner(Engine()).render(messages)
     assert text.endswith("One.\n") and "Q?" in text
     assert EngineReasoner(Engine()).render("Q?").rstrip().endswith("assistant")
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Q?"}],
+    [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "1. One.\n2."}],
+])
+def test_the_chat_endpoint_and_the_reasoner_render_alike(tokenizer, messages):
+    from orthrus_rag.serving.requests import ChatMessage
+    from orthrus_rag.serving.routes.chat import render_chat
+
+    class Engine:
+        pass
+    Engine.tokenizer = tokenizer
+    served = render_chat(tokenizer, [ChatMessage(**m) for m in messages])
+    assert served == EngineReasoner(Engine()).render(messages)
+    assert "Be brief." in served or served.endswith("1. One.\n2.")
+    assert "developer" not in served

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import pytest
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig
+from orthrus_rag.rag import Answer, Passage
 from orthrus_rag.serving import ServerSettings, create_app
-from orthrus_rag.serving.routes.rag import RagInputError
+from orthrus_rag.serving.errors import RagInputError
 from orthrus_rag.serving.server import DrainingServer, make_server
 from orthrus_rag.serving.state import ServerState
 
@@ -66,14 +67,13 @@ def tiny_engine(tiny_llama_dir, tiny_encoder_dir, **runtime) -> AsyncEngine:
     return AsyncEngine(config)
 
 
-async def fake_rag(question: str, pipeline: str | None) -> dict:
+async def fake_rag(question: str, pipeline: str | None) -> Answer:
     """A stand-in RAG callable: echoes its input, fails on demand."""
     if question == "crash":
         raise RuntimeError("boom")
     if pipeline not in (None, "standard_rag", "ircot"):
         raise RagInputError(f"unknown pipeline {pipeline!r}", "pipeline")
-    passage = {"id": "p1", "title": "T", "text": "some text", "score": 1.0}
-    return {"answer": f"{pipeline or 'default'}:{question}", "passages": [passage], "trace": []}
+    return Answer(question, f"{pipeline or 'default'}:{question}", [Passage("p1", "T", "some text", 1.0)])
 
 
 @pytest.fixture(scope="session")

@@ -6,11 +6,13 @@ import dataclasses
 import pytest
 from hydra import compose, initialize_config_dir
 
+from orthrus_rag.cli.common import CONF_DIR
 from orthrus_rag.engine import EngineConfig, PoolingParams
-from orthrus_rag.serving.cli import CONF_DIR, engine_config, server_settings
+from orthrus_rag.serving.cli import server_settings
+from orthrus_rag.serving.errors import RagInputError
 from orthrus_rag.serving.rag_service import build_rag
-from orthrus_rag.serving.routes.rag import RagInputError
 from orthrus_rag.serving.settings import RagSettings, served_name
+from orthrus_rag.stack import engine_config
 
 
 def config(*overrides: str):
@@ -48,7 +50,30 @@ async def test_real_rag_answers_with_passages_and_trace(engine, tmp_path):
                            pipelines={"standard_rag": {"k": 3, "max_tokens": 4, "num_demos": 0}})
     rag = await build_rag(engine, settings, "tiny-encoder", PoolingParams())
     result = await rag("Which river flows through the capital?", None)
-    assert isinstance(result["answer"], str) and len(result["passages"]) == 3
-    assert [event["kind"] for event in result["trace"]] == ["retrieve", "reason"]
+    assert isinstance(result.prediction, str) and len(result.passages) == 3
+    assert [event.kind for event in result.trace] == ["retrieve", "reason"]
     with pytest.raises(RagInputError):
         await rag("q", "ircot")
+
+
+def test_rag_serves_the_pipeline_group_entries_as_the_experiments_run_them():
+    from pipelines import PIPELINES
+
+    cfg = config("server.rag.pipelines.ircot.k=8", "+pipeline@server.rag.pipelines.k12=standard_rag_k12")
+    rag = server_settings(cfg).rag
+    assert set(rag.pipelines) == {"no_retrieval", "standard_rag", "ircot", "iter_retgen", "k12"}
+    ircot = PIPELINES["ircot"](None, None, **{k: v for k, v in rag.pipelines["ircot"].items() if k != "name"})
+    assert (ircot.k, ircot.demo_turns, ircot.best_last) == (8, True, True)
+    assert rag.pipelines["k12"]["name"] == "standard_rag" and rag.pipelines["k12"]["k"] == 12
+
+
+def test_server_settings_of_the_wrong_type_are_one_line_errors(monkeypatch, capsys):
+    from orthrus_rag.serving.cli import main
+
+    for override, key in (("server.port=abc", "server.port"), ("server.rag.pipelines.ircot.k=abc", "pipeline.k")):
+        monkeypatch.setattr("sys.argv", ["orthrus-rag-serve", override, "model.name=/nowhere"])
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.startswith(f"orthrus-rag-serve: error: {key}")
+        assert err.count("\n") == 1 and "Traceback" not in err

@@ -31,3 +31,23 @@ def test_each_app_has_its_own_registry(serve_app, engine, server):
     with serve_app(engine) as other:
         fresh = scrape(other)
     assert ("orthrus_request_latency_seconds_count", (("endpoint", "/v1/embeddings"),)) not in fresh
+
+
+def test_every_api_route_is_measured_and_nothing_else(engine):
+    """Endpoint labels come from the app's own routes: a route added later is measured without listing it."""
+    from fastapi.testclient import TestClient
+
+    from orthrus_rag.serving import create_app
+
+    app = create_app(engine, owns_engine=False)
+    app.add_api_route("/v1/echo/{word}", lambda word: {"word": word}, methods=["GET"])
+    client = TestClient(app)
+    assert client.get("/v1/echo/hi").json() == {"word": "hi"}
+    assert client.get("/v1/models").status_code == 200 and client.get("/health").status_code == 200
+    assert client.get("/v1/nowhere").status_code == 404
+    text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    counted = {dict(labels)["endpoint"] for (name, labels) in samples if name == "orthrus_http_requests_total"}
+    assert counted == {"/v1/echo/{word}", "/v1/models"}
+    assert samples[("orthrus_http_requests_total", (("endpoint", "/v1/echo/{word}"), ("status", "200")))] == 1

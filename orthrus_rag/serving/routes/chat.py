@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends
 
 from orthrus_rag.engine.output import StepOutput
+from orthrus_rag.rag.reasoner import apply_chat_template
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.generation import (Call, check_model, check_supported, new_call, open_stream,
                                             sampling_params, usage_of)
@@ -34,13 +35,12 @@ async def chat_completions(req: ChatCompletionRequest, state: ServerState = Depe
 
 
 def render_chat(tokenizer, messages: list[ChatMessage]) -> str:
-    """The exact prompt text the generator sees for `messages`."""
+    """The exact prompt text the generator sees for `messages` (the reasoner's rule: `apply_chat_template`)."""
     if not messages:
         raise bad_request("messages must hold at least one message", "messages")
     if tokenizer.chat_template is None:
         raise bad_request("the generator has no chat template; use /v1/completions", "messages")
-    plain = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
-    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+    return apply_chat_template(tokenizer, [{"role": m.role, "content": m.text()} for m in messages])
 
 
 async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage: bool):

@@ -1,22 +1,17 @@
 """`POST /v1/rag`: answer one question with a RAG pipeline -> {answer, passages, trace}."""
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import APIRouter, Depends
 
-from orthrus_rag.serving.errors import APIError, bad_request
+from orthrus_rag.rag import Answer
+from orthrus_rag.serving.errors import APIError, RagInputError, bad_request
 from orthrus_rag.serving.requests import RagRequest
 from orthrus_rag.serving.responses import RagResponse
 from orthrus_rag.serving.state import ServerState, get_state
 
 router = APIRouter()
-
-
-class RagInputError(ValueError):
-    """Raised by a RAG callable for a bad request (e.g. an unknown pipeline): answered with a 400."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
 
 
 @router.post("/v1/rag")
@@ -27,7 +22,13 @@ async def rag(req: RagRequest, state: ServerState = Depends(get_state)) -> RagRe
     if not req.question.strip():
         raise bad_request("question is empty", "question")
     try:
-        result = await state.rag(req.question, req.pipeline)
+        return rag_response(await state.rag(req.question, req.pipeline))
     except RagInputError as err:
         raise bad_request(str(err), err.param) from err
-    return RagResponse.model_validate(result)
+
+
+def rag_response(answer: Answer) -> RagResponse:
+    """A pipeline's Answer as the response body: its prediction, passages and trace (with each call's duration)."""
+    trace = [{**dataclasses.asdict(e), "duration_s": e.duration_s} for e in answer.trace]
+    return RagResponse(answer=answer.prediction, passages=[dataclasses.asdict(p) for p in answer.passages],
+                       trace=trace)

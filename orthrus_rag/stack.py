@@ -1,0 +1,200 @@
+"""The RAG stack from the Hydra config, one builder per part, used by every entry point: the engine (`model`,
+`embedder`, `runtime` groups), the dense index (`index`), the retriever, reasoner and pipeline (`pipeline`).
+Each group is checked against the dataclass it maps onto: an unknown key or a value of the wrong type is a
+`UserError` naming the key, which the apps print as one line."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from omegaconf import DictConfig, OmegaConf
+
+from orthrus_rag.engine import EngineConfig, PoolingParams
+from orthrus_rag.models.registry import cache_dir
+
+if TYPE_CHECKING:
+    from indexes import DenseIndex
+    from orthrus_rag.engine import AsyncEngine, EngineLike
+    from orthrus_rag.rag import Passage, Pipeline, Reasoner, Retriever
+
+T = TypeVar("T")
+
+
+class UserError(Exception):
+    """A mistake in the command line or config: reported as one message, without a traceback."""
+
+
+class SettingError(UserError, TypeError):
+    """A config value that is no setting of its group, or of the wrong type; the message names the key."""
+
+
+# ---- typed settings -------------------------------------------------------------------------------------------
+def check_settings(cls: type, values: Mapping[str, Any], section: str, skip: tuple[str, ...] = ()) -> None:
+    """Every key of `values` is an init field of the dataclass `cls` (less `skip`) and fits its type."""
+    hints = get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in skip]
+    for key, value in values.items():
+        if key not in known:
+            raise SettingError(f"{section}: no setting {key!r} ({section}.{key}); its settings are {known}")
+        if not _fits(value, hints[key]):
+            raise SettingError(f"{section}.{key}: expected {_describe(hints[key])}, got {value!r}")
+
+
+def typed(cls: type[T], values: Mapping[str, Any] | DictConfig, section: str) -> T:
+    """The config group `values` as the dataclass `cls`, checked first (`check_settings`)."""
+    values = plain(values)
+    check_settings(cls, values, section)
+    return cls(**values)
+
+
+def plain(values: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
+    """A config group as a plain dict, interpolations resolved."""
+    return OmegaConf.to_container(values, resolve=True) if isinstance(values, DictConfig) else dict(values)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if origin is Literal:
+        return value in args
+    if hint in (int, float):  # an int fits a float setting; a bool is neither
+        return isinstance(value, (int, hint)) and not isinstance(value, bool)
+    if hint is Path:
+        return isinstance(value, (str, Path))
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+    return isinstance(value, origin or hint)
+
+
+_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null",
+          Path: "a path"}
+
+
+def _describe(hint: Any) -> str:
+    if get_origin(hint) in (Union, types.UnionType, Literal):
+        return " or ".join(_describe(arg) if get_origin(hint) is not Literal else repr(arg) for arg in get_args(hint))
+    return _NAMES.get(hint, f"a {getattr(get_origin(hint) or hint, '__name__', hint)}")
+
+
+# ---- engine ---------------------------------------------------------------------------------------------------
+def engine_config(cfg: DictConfig) -> EngineConfig:
+    """The `model`, `embedder` and `runtime` groups as an EngineConfig (runtime keys map one to one)."""
+    runtime = plain(cfg.runtime)
+    check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))
+    return EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
+
+
+def pooling_params(cfg: DictConfig) -> PoolingParams:
+    """How retrieval queries and passages are embedded (the `embedder` group)."""
+    model = cfg.embedder.model if cfg.embedder.name else "backbone"
+    return PoolingParams(cfg.embedder.pooling, cfg.embedder.normalize, model)
+
+
+def embedder_name(cfg: DictConfig) -> str:
+    """The name an index records for the model that embedded it."""
+    return cfg.embedder.name or f"{cfg.model.name}:backbone"
+
+
+def start_engine(config: EngineConfig) -> AsyncEngine:
+    """An AsyncEngine; a missing model or a bad runtime value is a UserError."""
+    from orthrus_rag.engine import AsyncEngine, InvalidRequestError
+    from orthrus_rag.models import ModelNotFoundError
+
+    print(f"loading {config.generator} and {config.embedder or 'backbone embeddings'} ...", file=sys.stderr)
+    try:
+        return AsyncEngine(config)
+    except (ModelNotFoundError, InvalidRequestError) as error:
+        raise UserError(f"{error} (check model.name, embedder.name and runtime.*)") from error
+
+
+# ---- index ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class IndexSpec:
+    """The `index` group: FAISS factory string, cache folder (None: derived) and embedding batch size."""
+
+    factory: str = "Flat"
+    folder: str | None = None
+    batch_size: int = 64
+
+
+@dataclasses.dataclass
+class IndexSource:
+    """Where a dense index comes from: its cache folder, or built from `passages` and saved there."""
+
+    folder: Path
+    passages: list[Passage]
+    embedder_name: str
+    factory: str = "Flat"
+    batch_size: int = 64
+
+
+def read_corpus(path: Path) -> list[Passage]:
+    """The corpus passages; a missing or malformed file is a UserError."""
+    from indexes import CorpusFormatError, load_corpus
+
+    try:
+        return load_corpus(path)
+    except (FileNotFoundError, CorpusFormatError) as error:
+        raise UserError(error) from error
+
+
+def default_index_folder(corpus: Path, passages: list[Passage], embedder: str) -> Path:
+    """`<orthrus-rag cache>/indexes/<corpus stem>-<fingerprint>-<embedder>`: one folder per corpus and embedder."""
+    from indexes import corpus_fingerprint
+
+    safe = embedder.replace("/", "_").replace(":", "_")
+    return cache_dir() / "indexes" / f"{corpus.stem}-{corpus_fingerprint(passages)}-{safe}"
+
+
+def index_source(spec: IndexSpec, corpus: Path, embedder: str) -> IndexSource:
+    """The corpus read, and the index folder: `spec.folder` (relative to where the command runs) or the cache's."""
+    from hydra.utils import to_absolute_path
+
+    passages = read_corpus(corpus)
+    folder = Path(to_absolute_path(spec.folder)) if spec.folder else default_index_folder(corpus, passages, embedder)
+    return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size)
+
+
+async def load_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> DenseIndex:
+    """The index cached in its folder when it matches; else built through `engine.embed` and saved there."""
+    from indexes import engine_embedder, load_or_build
+    from orthrus_rag.engine import EngineError
+
+    try:
+        return await load_or_build(source.folder, source.passages, engine_embedder(engine, pooling),
+                                   source.embedder_name, factory=source.factory, batch_size=source.batch_size)
+    except ValueError as error:  # bad factory string, empty corpus
+        if isinstance(error, EngineError):
+            raise
+        raise UserError(f"{error} (index.factory={source.factory!r})") from error
+
+
+# ---- pipeline -------------------------------------------------------------------------------------------------
+def make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reasoner: Reasoner | None) -> Pipeline:
+    """The pipeline a `pipeline` group names, with the group's other keys as its (checked) settings."""
+    from pipelines import build_pipeline
+
+    settings = plain(group)
+    name = settings.pop("name", None)
+    try:
+        return build_pipeline(name, retriever, reasoner, **settings)
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, FileNotFoundError) as error:
+        raise UserError(f"pipeline: {error.args[0] if error.args else error}") from error
+
+
+def rag_pipeline(group: Mapping[str, Any], engine: EngineLike, index: DenseIndex, pooling: PoolingParams) -> Pipeline:
+    """The pipeline over `engine`: a DenseRetriever on `index` and an EngineReasoner."""
+    from orthrus_rag.rag import DenseRetriever, EngineReasoner
+
+    return make_pipeline(group, DenseRetriever(engine, index, pooling), EngineReasoner(engine))
