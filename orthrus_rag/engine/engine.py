@@ -176,6 +176,7 @@ class LLMEngine:
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InvalidRequestError("the input is empty; send at least one non-blank character", "input")
+            _check_unicode(prompt)
             return self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise InvalidRequestError("the input must be a non-empty string or a non-empty list of token ids", "input")
@@ -205,6 +206,14 @@ class LLMEngine:
         if model == "backbone" or self.embedder is None:
             return self.runner.hidden_size
         return self.embedder.dim
+
+
+def _check_unicode(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidRequestError(f"the input is not valid Unicode text (a lone surrogate at character {err.start}); "
+                                  "send UTF-8 text", "input") from None
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
