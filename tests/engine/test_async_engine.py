@@ -2,6 +2,7 @@
 import asyncio
 
 import pytest
+import torch
 
 from orthrus_rag.engine import AsyncEngine, InvalidRequestError, PoolingParams, RequestAbortedError, SamplingParams
 from tests.engine.conftest import tiny_config
@@ -14,20 +15,28 @@ async def engine(tiny_llama_dir):
     assert engine.engine.blocks.num_free == engine.engine.blocks.num_blocks
 
 
-async def test_concurrent_generate_and_embed(engine):
+async def test_concurrent_generate_and_embed(engine, hf_tiny, tokenizer):
+    from tests.engine.conftest import hf_greedy, hf_pool
+
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    alone = await engine.generate("Tell me more", params)
-    many = await asyncio.gather(*[engine.generate("Tell me more", params) for _ in range(6)],
+    prompts = [f"Tell me more about item {i}" for i in range(6)]
+    many = await asyncio.gather(*[engine.generate(p, params) for p in prompts],
                                 *[engine.embed(f"text {i}", PoolingParams()) for i in range(6)])
-    assert all(out.token_ids == alone.token_ids for out in many[:6])
-    assert all(out.embedding.shape == (64,) for out in many[6:])
+    for prompt, out in zip(prompts, many[:6]):
+        want = hf_greedy(hf_tiny, tokenizer.encode(prompt), 6)
+        assert want and out.token_ids[:len(want)] == want
+    for i, out in enumerate(many[6:]):
+        want = hf_pool(hf_tiny, tokenizer.encode(f"text {i}"), "mean", True)
+        assert (torch.from_numpy(out.embedding) - want).abs().max().item() <= 1e-5
     assert engine.stats()["steps"] > 0
 
 
-async def test_stream_joins_to_generate_text(engine):
-    params = SamplingParams(max_tokens=8, ignore_eos=True)
-    full = await engine.generate("Stream", params)
-    assert "".join([d async for d in engine.stream("Stream", params)]) == full.text
+async def test_stream_joins_to_generate_text(engine, hf_tiny, tokenizer):
+    from tests.engine.conftest import hf_greedy
+
+    params = SamplingParams(max_tokens=8)
+    want = tokenizer.decode(hf_greedy(hf_tiny, tokenizer.encode("Stream"), 8), skip_special_tokens=True)
+    assert "".join([d async for d in engine.stream("Stream", params)]) == want
 
 
 async def test_bad_request_raises_to_its_caller_only(engine):

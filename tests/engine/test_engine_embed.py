@@ -24,13 +24,19 @@ def test_chunked_backbone_pooling_matches_unchunked(make_engine, tokenizer, hf_t
         assert results[f"e{i}"].num_tokens == len(ids)
 
 
-def test_single_chunk_embedding_takes_no_blocks(make_engine, tokenizer):
+def test_single_chunk_embedding_takes_no_blocks(make_engine, tokenizer, monkeypatch):
     engine = make_engine(max_num_batched_tokens=64)
+    tables, real = [], engine.scheduler.schedule
+
+    def schedule():
+        out = real()
+        tables.extend(list(c.seq.block_table) for c in out.chunks)
+        return out
+
+    monkeypatch.setattr(engine.scheduler, "schedule", schedule)
     engine.add_request("e", tokenizer.encode("short input"), PoolingParams(model="backbone"))
-    sched = engine.scheduler.schedule()
-    assert [c.seq.block_table for c in sched.chunks] == [[]]
-    engine.scheduler.running.clear()
-    engine.requests.clear()
+    assert run_all(engine)["e"].num_tokens == len(tokenizer.encode("short input"))
+    assert tables == [[]]
 
 
 def test_chunked_embedding_frees_blocks_when_pooled(make_engine, tokenizer):
@@ -68,10 +74,12 @@ def test_colocated_embedder_windows_long_inputs(tiny_encoder_dir, make_engine):
     text = " ".join(f"word{i}" for i in range(60))
     engine.add_request("long", text, PoolingParams(normalize=False))
     vector = run_all(engine)["long"].embedding
-    windows = engine.embedder._windows(engine.embedder.tokenize(text))
+    ids = st.tokenizer(text, add_special_tokens=False)["input_ids"]
+    size = st.max_seq_length - 2  # each window is [CLS] + size tokens + [SEP]
+    windows = [ids[i:i + size] for i in range(0, len(ids), size)]
     assert len(windows) > 1
-    texts = [engine.embedder.tokenizer.decode(w) for w in windows]
-    assert [engine.embedder.tokenize(t) for t in texts] == windows
+    texts = [st.tokenizer.decode(w) for w in windows]
+    assert [st.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts] == windows
     parts = unnormalised.encode(texts)
     weights = np.array([len(w) + 2 for w in windows], dtype=np.float32)
     expected = (parts * weights[:, None]).sum(0) / weights.sum()
