@@ -164,7 +164,7 @@ def _interval(values: list[float], resamples: int, seed: int, level: float) -> l
         return [0.0, 0.0]
     draws = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
     means = np.asarray(values, dtype=float)[draws].mean(axis=1)
-    return [float(q) for q in np.quantile(means, [(1 - level) / 2, (1 + level) / 2])]
+    return [round(float(q), 6) for q in np.quantile(means, [(1 - level) / 2, (1 + level) / 2])]
 
 
 def scores_by_type(questions: Sequence, scores: Sequence[QuestionScores]) -> dict[str, dict[str, float]]:
