@@ -1,4 +1,9 @@
-"""Question sets: the shared 2Wiki jsonl, the official 2WikiMultihopQA json, and Hugging Face datasets."""
+"""Question sets: the shared 2Wiki jsonl, the official 2WikiMultihopQA json, and Hugging Face datasets.
+
+Answer aliases come from a question's `aliases` (or `answer_aliases`) field and, when an `id_aliases.json` file lies
+beside the question file (the official 2WikiMultihopQA layout) or is given, from the entry of the question's
+`answer_id`: one JSON object a line with `Q_id`, `aliases` and `demonyms`, as the official scorer reads it.
+"""
 from __future__ import annotations
 
 import json
@@ -10,6 +15,7 @@ from orthrus_rag.rag.types import Passage
 
 DEV_SIZE = 300
 SPLITS = ("dev", "test", "all")
+ALIASES_FILE = "id_aliases.json"
 
 
 class DatasetError(ValueError):
@@ -24,6 +30,7 @@ class Question:
     aliases: list[str] = field(default_factory=list)
     gold_titles: list[str] = field(default_factory=list)
     type: str = ""
+    answer_id: str = ""
 
     @property
     def answers(self) -> list[str]:
@@ -31,20 +38,63 @@ class Question:
         return [self.answer, *self.aliases]
 
 
-def load_questions(path: str | Path, split: str = "test", limit: int | None = None) -> list[Question]:
-    """Questions from a `.jsonl` file, an official `.json` file, or a Hugging Face id (`hf:owner/name`)."""
+def load_questions(path: str | Path, split: str = "test", limit: int | None = None,
+                   aliases: str | Path | None = None) -> list[Question]:
+    """Questions from a `.jsonl` file, an official `.json` file, or a Hugging Face id (`hf:owner/name`).
+    `aliases`: an id_aliases.json file; by default the one beside the question file, if any."""
     text = str(path)
     if text.startswith("hf:"):
-        return load_hf_questions(text[3:], split, limit)
+        return add_aliases(load_hf_questions(text[3:], split, limit), load_aliases(aliases) if aliases else {})
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"question file not found: {path} (give a .jsonl or .json file, "
                                 "or hf:<dataset id> for a Hugging Face dataset)")
     if path.suffix == ".jsonl":
-        return load_jsonl_questions(path, split, limit)
-    if path.suffix == ".json":
-        return load_official_questions(path, split, limit)
-    raise DatasetError(f"unknown question file type {path.suffix!r} for {path}: use .jsonl or .json")
+        questions = load_jsonl_questions(path, split, limit)
+    elif path.suffix == ".json":
+        questions = load_official_questions(path, split, limit)
+    else:
+        raise DatasetError(f"unknown question file type {path.suffix!r} for {path}: use .jsonl or .json")
+    beside = path.with_name(ALIASES_FILE)
+    aliases = aliases if aliases is not None else (beside if beside.is_file() and beside != path else None)
+    return add_aliases(questions, load_aliases(aliases)) if aliases else questions
+
+
+def load_aliases(path: str | Path) -> dict[str, list[str]]:
+    """An id_aliases.json file: one object a line, {"Q_id": ..., "aliases": [...], "demonyms": [...]}, as a map
+    from Wikidata id to its aliases and demonyms."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"aliases file not found: {path} (give the 2WikiMultihopQA id_aliases.json)")
+    table: dict[str, list[str]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            row = _alias_row(line, path, number)
+            table[str(row["Q_id"])] = list(dict.fromkeys([*row.get("aliases", []), *row.get("demonyms", [])]))
+    return table
+
+
+def _alias_row(line: str, path: Path, number: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path} line {number} is not JSON ({e}): expected one object a line") from e
+    if not isinstance(row, dict) or "Q_id" not in row:
+        raise DatasetError(f"{path} line {number} has no Q_id: each line is "
+                           '{"Q_id": ..., "aliases": [...], "demonyms": [...]}')
+    return row
+
+
+def add_aliases(questions: list[Question], table: dict[str, list[str]]) -> list[Question]:
+    """Each question's aliases extended by the table's entry for its answer_id (no repeats, not the answer)."""
+    for q in questions:
+        q.aliases = merge_aliases(q.answer, q.aliases, table.get(q.answer_id, []) if q.answer_id else [])
+    return questions
+
+
+def merge_aliases(answer: str, *alias_lists: Iterable[str]) -> list[str]:
+    """The aliases in order, without repeats or the answer itself."""
+    return [a for a in dict.fromkeys(a for aliases in alias_lists for a in aliases) if a != answer]
 
 
 def select_split(rows: Sequence[dict[str, Any]], split: str, limit: int | None) -> list[dict[str, Any]]:
@@ -69,22 +119,28 @@ def load_jsonl_questions(path: str | Path, split: str = "test", limit: int | Non
 
 def load_official_questions(path: str | Path, split: str = "test", limit: int | None = None) -> list[Question]:
     """The official 2WikiMultihopQA json: a list of objects with `_id`, `supporting_facts`, `context`, ..."""
-    return [_to_question(row, path) for row in select_split(_read_official(path), split, limit)]
+    return [_to_question(row, path) for row in select_split(read_official(path), split, limit)]
 
 
 def load_official_corpus(path: str | Path) -> list[Passage]:
     """Passages from the official file's `context` paragraphs, one per distinct (title, text)."""
-    return context_passages(_read_official(path))
+    return context_passages(read_official(path))
 
 
-def context_passages(records: Iterable[dict[str, Any]]) -> list[Passage]:
-    """Deduplicated passages of the `context` paragraphs ([[title, [sentences]], ...]) of the records."""
+def context_passages(records: Iterable[dict[str, Any]], prefix: str = "ctx") -> list[Passage]:
+    """Deduplicated passages of the `context` paragraphs ([[title, [sentences]], ...]) of the records, in order of
+    first appearance, with ids `<prefix>-000000`, ..."""
     seen: dict[tuple[str, str], Passage] = {}
     for record in records:
-        for title, sentences in _paragraphs(record.get("context") or []):
-            text = " ".join(s.strip() for s in sentences if s.strip())
-            seen.setdefault((title, text), Passage(id=f"ctx-{len(seen):06d}", title=title, text=text))
+        for title, text in record_paragraphs(record):
+            seen.setdefault((title, text), Passage(id=f"{prefix}-{len(seen):06d}", title=title, text=text))
     return list(seen.values())
+
+
+def record_paragraphs(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """A record's context as (title, text) pairs, the sentences joined by single spaces."""
+    return [(title, " ".join(s.strip() for s in sentences if s.strip()))
+            for title, sentences in _paragraphs(record.get("context") or [])]
 
 
 def load_hf_questions(dataset_id: str, split: str = "test", limit: int | None = None,
@@ -101,7 +157,7 @@ def load_hf_questions(dataset_id: str, split: str = "test", limit: int | None = 
     return [_to_question(row, dataset_id) for row in select_split(rows, split, limit)]
 
 
-def _read_official(path: str | Path) -> list[dict[str, Any]]:
+def read_official(path: str | Path) -> list[dict[str, Any]]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, list):
         raise DatasetError(f"{path} holds a JSON {type(data).__name__}; the official 2WikiMultihopQA "
@@ -117,7 +173,7 @@ def _to_question(row: dict[str, Any], source: Any) -> Question:
     return Question(id=str(row.get("id", row.get("_id"))), question=row["question"], answer=str(row["answer"]),
                     aliases=list(row.get("aliases") or row.get("answer_aliases") or []),
                     gold_titles=list(row.get("gold_titles") or _fact_titles(row.get("supporting_facts"))),
-                    type=row.get("type") or "")
+                    type=row.get("type") or "", answer_id=str(row.get("answer_id") or ""))
 
 
 def _fact_titles(facts: Any) -> list[str]:

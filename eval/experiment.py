@@ -120,7 +120,7 @@ def prediction_row(question: Any, answer: Any, scores: Any) -> dict[str, Any]:
 
 def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list[dict]]:
     from eval.bench.metrics import latency_stats
-    from eval.metrics import aggregate, score_answers
+    from eval.metrics import aggregate, extra_results, score_answers
 
     questions = run.questions
     scores = score_answers(questions, run.answers)
@@ -130,6 +130,7 @@ def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list
                "latency": latency_stats([a.latency_s for a in run.answers]),
                "qps": len(questions) / run.wall_s if run.wall_s > 0 else 0.0, "wall_s": run.wall_s,
                "engine": run.engine_stats, "config": OmegaConf.to_container(cfg, resolve=True)}
+    results.update(extra_results(results["config"], questions, scores))
     rows = [prediction_row(q, a, s) for q, a, s in zip(questions, run.answers, scores)]
     return results, rows
 

@@ -1,21 +1,22 @@
 """Rebuild LEADERBOARD.md: one row per experiment config in conf/experiment/leaderboard/.
 
-    python -m eval.leaderboard                                # orthrus-rag +experiment=leaderboard/<row>, each row
-    python -m eval.leaderboard --rows ircot,standard_rag      # only these rows
-    python -m eval.leaderboard --from-results /tmp/eval2wiki  # read <DIR>/**/results.json, run nothing
+    python -m eval.leaderboard                                          # run every row, then rebuild
+    python -m eval.leaderboard --rows ircot,standard_rag                # run these rows, then rebuild
+    python -m eval.leaderboard --from-results leaderboard/results       # rebuild from the committed results
 
-A row is a results.json (see DESIGN.md): pipeline, dataset, EM, F1, Acc, passage recall, p99 latency, questions/s,
-and the config that produced it (every pipeline setting, models, split, limit, concurrency, policy). Rows are
-sorted by Acc, then F1.
+A run writes each row's results.json (see DESIGN.md) to `leaderboard/results/<row>.json` and then rebuilds the
+table from that folder, so `--from-results leaderboard/results` gives the same file byte for byte. The header
+comes from the results themselves (models, dtype, index, corpus, questions, machine, versions, commit, date and
+whether the rows ran one at a time); rows are sorted by Acc, then F1.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from tqdm import tqdm
@@ -23,50 +24,69 @@ from tqdm import tqdm
 from orthrus_rag.cli.common import CONF_DIR
 
 ROWS_DIR = CONF_DIR / "experiment" / "leaderboard"
+RESULTS_DIR = Path("leaderboard/results")
 DEFAULT_OUT = Path("LEADERBOARD.md")
-HEADER = ["#", "pipeline", "dataset", "n", "EM", "F1", "Acc", "passage recall", "p99 s", "q/s", "config"]
+METRIC_COLUMNS = [("em", "EM"), ("f1", "F1"), ("acc", "Acc"), ("acc_substring", "Acc (substring)"),
+                  ("recall", "passage recall"), ("all_gold", "all-gold")]
+HEADER = ["#", "pipeline", "dataset", "n", *(label for _, label in METRIC_COLUMNS), "p99 s", "q/s", "config"]
+DROPPED_KEYS = ("predictions",)  # raw per-question outputs stay in the run folder
+NOT_RECORDED = "not recorded"
 
 
 @dataclass
 class Row:
-    source: str  # the results.json it came from
+    name: str  # the row config's name, or the run folder's
     results: dict
 
     @property
-    def sort_key(self) -> tuple[float, float]:
+    def sort_key(self) -> tuple:
         m = self.results["metrics"]
-        return (-m["acc"], -m["f1"])
+        return (-m["acc"], -m["f1"], self.results["pipeline"], self.name)
 
 
 # ---- collecting results -----------------------------------------------------------------------------------------
 def read_results(folder: Path) -> list[Row]:
-    """Every results.json under `folder` (any depth)."""
-    paths = sorted(folder.rglob("results.json"))
-    if not paths:
-        raise FileNotFoundError(f"no results.json under {folder}")
-    return [Row(str(p), json.loads(p.read_text())) for p in paths]
+    """Every results file under `folder` (any depth): `<row>.json` files, or `results.json` in run folders."""
+    rows = []
+    for path in sorted(Path(folder).rglob("*.json")):
+        try:
+            results = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error}): remove it or rerun its row") from error
+        if isinstance(results, dict) and {"pipeline", "metrics"} <= results.keys():
+            rows.append(Row(path.parent.name if path.name == "results.json" else path.stem, results))
+    if not rows:
+        raise FileNotFoundError(f"no results.json files under {folder}")
+    return rows
 
 
 def row_names(only: list[str] | None = None) -> list[str]:
-    names = sorted(p.stem for p in ROWS_DIR.glob("*.yaml"))
+    names = sorted(p.stem for p in ROWS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise ValueError(f"no leaderboard config for {unknown} in {ROWS_DIR}; have {names}")
     return [n for n in names if not only or n in only]
 
 
-def run_experiments(names: list[str], out: Path, overrides: list[str]) -> list[Row]:
-    """`orthrus-rag +experiment=leaderboard/<name>` for each row, results into out/<name>/."""
-    command = shutil.which("orthrus-rag") or None
-    base = [command] if command else [sys.executable, "-m", "eval.experiment"]
-    rows = []
+def run_experiments(names: list[str], runs: Path, results_dir: Path, overrides: list[str]) -> None:
+    """`python -m eval.experiment +experiment=leaderboard/<name>` for each row, one after another, each run into
+    runs/<name>/ and its results.json saved as results_dir/<name>.json."""
     for name in tqdm(names, desc="leaderboard", unit="row"):
-        run_dir = out / name
-        args = [*base, f"+experiment=leaderboard/{name}", f"hydra.run.dir={run_dir}", *overrides]
+        run_dir = runs / name
+        args = [sys.executable, "-m", "eval.experiment", f"+experiment=leaderboard/{name}",
+                f"hydra.run.dir={run_dir}", *overrides]
         tqdm.write(" ".join(args))
-        subprocess.run(args, check=True)
-        rows.append(Row(str(run_dir / "results.json"), json.loads((run_dir / "results.json").read_text())))
-    return rows
+        if subprocess.run(args).returncode != 0:
+            raise RuntimeError(f"row {name!r} failed (its output is above); rows before it were saved")
+        save_row(run_dir / "results.json", results_dir / f"{name}.json")
+
+
+def save_row(source: Path, target: Path) -> Path:
+    """A run's results.json, without raw predictions, as a committed leaderboard row."""
+    results = {k: v for k, v in json.loads(source.read_text(encoding="utf-8")).items() if k not in DROPPED_KEYS}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return target
 
 
 # ---- the table --------------------------------------------------------------------------------------------------
@@ -82,47 +102,162 @@ def config_text(config: dict) -> str:
     return "; ".join(parts)
 
 
+def metric_cell(results: dict, key: str) -> str:
+    """`0.123 [0.080, 0.170]`: the mean and its 95% bootstrap interval, when the run recorded one."""
+    value = results["metrics"].get(key)
+    if value is None:
+        return "-"
+    bounds = results.get("ci", {}).get("bounds", {}).get(key)
+    return f"{value:.3f}" + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
+
+
 def table_row(rank: int, row: Row) -> list[str]:
-    r, m = row.results, row.results["metrics"]
+    r = row.results
     return [str(rank), r["pipeline"], f"{r['dataset']} {r['split']}", str(r["n"]),
-            *(f"{m[k]:.3f}" for k in ("em", "f1", "acc", "recall")), f"{r['latency']['p99_s']:.1f}",
+            *(metric_cell(r, key) for key, _ in METRIC_COLUMNS), f"{r['latency']['p99_s']:.1f}",
             f"{r['qps']:.3f}", config_text(r.get("config", {}))]
 
 
-def render(rows: list[Row], how: str) -> str:
+# ---- the header: facts read from the runs -----------------------------------------------------------------------
+def _get(results: dict, *keys: str):
+    for key in keys:
+        results = results.get(key) if isinstance(results, dict) else None
+    return results
+
+
+def models_fact(r: dict) -> str:
+    embedder = _get(r, "config", "embedder", "name") or "the generator's own layers (backbone)"
+    return f"generator `{_get(r, 'config', 'model', 'name')}`, embedder `{embedder}`"
+
+
+def runtime_fact(r: dict) -> str:
+    runtime = _get(r, "config", "runtime") or {}
+    threads = runtime.get("num_threads") or "torch's default"
+    return (f"dtype {runtime.get('dtype')}, device {runtime.get('device')}, torch threads {threads}, "
+            f"policy {runtime.get('policy')}, max_num_batched_tokens {runtime.get('max_num_batched_tokens')}, "
+            f"concurrency {_get(r, 'config', 'concurrency')}")
+
+
+def corpus_fact(r: dict) -> str:
+    corpus = _get(r, "data", "corpus")
+    if not corpus or corpus.get("passages") is None:
+        return NOT_RECORDED
+    return f"`{corpus['file']}`, {corpus['passages']:,} passages (fingerprint {corpus['fingerprint']})"
+
+
+def questions_fact(r: dict) -> str:
+    q = _get(r, "data", "questions")
+    if not q or q.get("split_size") is None:
+        return NOT_RECORDED
+    which = "all" if q["answered"] == q["split_size"] else f"the first {q['answered']} of"
+    return f"{r['dataset']} {q['split']} split: {which} {q['split_size']:,} questions ({q['total']:,} in `{q['file']}`)"
+
+
+def machine_fact(r: dict) -> str:
+    m = _get(r, "run", "machine")
+    if not m:
+        return NOT_RECORDED
+    gpu = f", GPU {m['gpu']}" if m.get("gpu") else ""
+    return f"{m['cpu']}, {m['cores']} cores{gpu}"
+
+
+def software_fact(r: dict) -> str:
+    run = r.get("run")
+    return f"torch {run['torch']}, transformers {run['transformers']}, Python {run['python']}" if run else NOT_RECORDED
+
+
+def commit_fact(r: dict) -> str:
+    commit = _get(r, "run", "git_commit")
+    if not commit:
+        return NOT_RECORDED
+    return f"`{commit[:10]}`" + (" with uncommitted changes" if _get(r, "run", "git_dirty") else "")
+
+
+def date_fact(r: dict) -> str:
+    return (_get(r, "run", "date") or NOT_RECORDED)[:10]
+
+
+def index_fact(r: dict) -> str:
+    return f"FAISS `{_get(r, 'config', 'index', 'factory')}`"
+
+
+FACTS = [("Models", models_fact), ("Runtime", runtime_fact), ("Index", index_fact), ("Corpus", corpus_fact),
+         ("Questions", questions_fact), ("Machine", machine_fact), ("Software", software_fact),
+         ("Commit", commit_fact), ("Date (UTC)", date_fact)]
+
+
+def fact_line(label: str, values: list[str]) -> str:
+    """`- label: value` when every row agrees, else each value with the table rows it holds for."""
+    if len(set(values)) == 1:
+        return f"- {label}: {values[0]}"
+    ranks: dict[str, list[int]] = {}
+    for rank, value in enumerate(values, 1):
+        ranks.setdefault(value, []).append(rank)
+    parts = [f"{value} (row{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})" for value, r in ranks.items()]
+    return f"- {label}: " + "; ".join(parts)
+
+
+def timing_fact(rows: list[Row]) -> str:
+    """Whether the rows' answering phases ([date - wall_s, date]) overlapped in time, and the machine's load."""
+    spans = []
+    for rank, row in enumerate(rows, 1):
+        date, wall = _get(row.results, "run", "date"), row.results.get("wall_s")
+        if date is None or wall is None:
+            return f"- Timing: {NOT_RECORDED}; compare p99 and q/s across rows with care"
+        end = datetime.fromisoformat(date)
+        spans.append((end - timedelta(seconds=wall), end, rank))
+    overlaps = [f"{a[2]} and {b[2]}" for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1]]
+    loads = [_get(row.results, "run", "machine", "load_avg") for row in rows]
+    load = (f"; 1-minute load average at the end of each run {min(x[0] for x in loads):.2f} to "
+            f"{max(x[0] for x in loads):.2f} (other work on the machine raises p99 and lowers q/s)"
+            if all(loads) else "")
+    if overlaps:
+        return (f"- Timing: rows ran side by side (rows {', '.join(overlaps)} overlapped): p99 and q/s compare only "
+                f"between rows that ran alone{load}")
+    return f"- Timing: rows ran one at a time (no two rows' answering overlapped){load}"
+
+
+def header_facts(rows: list[Row]) -> list[str]:
+    return [fact_line(label, [fact(row.results) for row in rows]) for label, fact in FACTS] + [timing_fact(rows)]
+
+
+def render(rows: list[Row]) -> str:
+    """LEADERBOARD.md for these rows: a function of the results alone, so equal results give equal bytes."""
     rows = sorted(rows, key=lambda row: row.sort_key)
     lines = ["# Leaderboard", "",
-             "Pipelines on the same questions with the shipped models (SmolLM2-135M-Instruct generator, "
-             "all-MiniLM-L6-v2 retriever, exact inner-product search). EM, F1 and Acc (gold answer contained in the "
-             "prediction) are fractions; passage recall is the share of gold passages among those given to the "
-             "generator; p99 is question latency and q/s questions per second over the run, measured on a shared "
-             "CPU machine and noisy across rows.", "",
+             "Pipelines on the same questions. EM and F1 are the official 2WikiMultihopQA scorer's; Acc counts a "
+             "gold answer found as whole words in the prediction, Acc (substring) a gold answer found anywhere in it "
+             "(both after normalisation; every score is the best over the answer and its aliases). Passage recall is "
+             "the share of gold passages among those given to the generator; all-gold the share of questions with "
+             "every gold passage. Brackets: 95% bootstrap confidence intervals over questions. p99 is question "
+             "latency in seconds and q/s questions per second over the run.", "",
+             *header_facts(rows), "",
              "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
     lines += ["| " + " | ".join(table_row(i + 1, row)) + " |" for i, row in enumerate(rows)]
-    lines += ["", f"Rebuilt with `{how}`. Each row's config lives in `conf/experiment/leaderboard/`; "
-              "`python -m eval.leaderboard` reruns them all, `--from-results DIR` rebuilds from existing "
-              "results.json files.", ""]
+    lines += ["", "Each row's settings live in `conf/experiment/leaderboard/` (shared ones in `_pinned.yaml`) and its "
+              "results in `leaderboard/results/<row>.json`. `python -m eval.leaderboard` reruns every row one after "
+              "another and rebuilds this file; `python -m eval.leaderboard --from-results leaderboard/results` "
+              "rebuilds it from the committed results.", ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m eval.leaderboard", description=__doc__.split("\n")[0])
-    parser.add_argument("--from-results", type=Path, help="read results.json files under this folder; run nothing")
+    parser.add_argument("--from-results", type=Path, help="read results files under this folder; run nothing")
     parser.add_argument("--rows", help="comma-separated row names (default: every config in the rows folder)")
     parser.add_argument("--runs", type=Path, default=Path("outputs/leaderboard"), help="where new runs write")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where each row's results are kept")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the Markdown file to write")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. dataset.limit=20")
     args = parser.parse_args(argv)
     try:
-        if args.from_results:
-            rows = read_results(args.from_results)
-            how = f"python -m eval.leaderboard --from-results {args.from_results}"
-        else:
-            rows = run_experiments(row_names(args.rows.split(",") if args.rows else None), args.runs, args.overrides)
-            how = "python -m eval.leaderboard " + " ".join(args.overrides)
-    except (FileNotFoundError, ValueError) as error:
+        if not args.from_results:
+            run_experiments(row_names(args.rows.split(",") if args.rows else None), args.runs, args.results,
+                            args.overrides)
+        rows = read_results(args.from_results or args.results)
+    except (FileNotFoundError, ValueError, RuntimeError) as error:
         parser.error(str(error))
-    args.out.write_text(render(rows, how.strip()))
+    args.out.write_text(render(rows), encoding="utf-8")
     print(f"leaderboard: {args.out} ({len(rows)} rows)")
 
 

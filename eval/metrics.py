@@ -1,17 +1,29 @@
-"""Answer metrics (EM, F1, accuracy) and retrieval metrics (gold passage recall), 2WikiMultihopQA style."""
+"""Answer metrics (EM, F1, Acc, Acc-substring), retrieval metrics (gold passage recall), bootstrap confidence
+intervals and scores by question type. EM and F1 follow the official 2WikiMultihopQA scorer.
+
+Imports neither torch nor the engine: `import eval.metrics` is cheap.
+"""
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
-from orthrus_rag.rag.types import Passage
+import numpy as np
 
 YES_NO = ("yes", "no", "noanswer")
+CI_KEYS = ("em", "f1", "acc", "acc_substring", "recall", "all_gold")
+CI_LEVEL = 0.95
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+class Titled(Protocol):
+    title: str
 
 
 def normalize_answer(text: str) -> str:
@@ -48,6 +60,11 @@ def _acc(prediction: str, gold: str) -> float:
     return float(bool(ref) and re.search(rf"(?:^| ){re.escape(ref)}(?: |$)", pred) is not None)
 
 
+def _acc_substring(prediction: str, gold: str) -> float:
+    ref = normalize_answer(gold)
+    return float(bool(ref) and ref in normalize_answer(prediction))
+
+
 def _best(metric, prediction: str, golds: Sequence[str]) -> float:
     if not golds:
         raise ValueError("no gold answers given: a question needs an answer to be scored")
@@ -65,11 +82,17 @@ def f1(prediction: str, golds: Sequence[str]) -> float:
 
 
 def acc(prediction: str, golds: Sequence[str]) -> float:
-    """1.0 when a normalised gold answer appears (on word boundaries) in the normalised prediction."""
+    """1.0 when a normalised gold answer appears as whole words in the normalised prediction (yes/no: exactly)."""
     return _best(_acc, prediction, golds)
 
 
-def passage_recall(gold_titles: Sequence[str], passages: Iterable[Passage]) -> float | None:
+def acc_substring(prediction: str, golds: Sequence[str]) -> float:
+    """1.0 when a normalised gold answer is a substring of the normalised prediction (FlashRAG's `acc`):
+    "no" counts inside "not known" and "1832" inside "18321"; an empty normalised gold never counts."""
+    return _best(_acc_substring, prediction, golds)
+
+
+def passage_recall(gold_titles: Sequence[str], passages: Iterable[Titled]) -> float | None:
     """Fraction of gold titles among the passages' titles; None when there are no gold titles."""
     gold = {t.strip() for t in gold_titles}
     if not gold:
@@ -78,7 +101,7 @@ def passage_recall(gold_titles: Sequence[str], passages: Iterable[Passage]) -> f
     return len(gold & found) / len(gold)
 
 
-def all_gold(gold_titles: Sequence[str], passages: Iterable[Passage]) -> float | None:
+def all_gold(gold_titles: Sequence[str], passages: Iterable[Titled]) -> float | None:
     """1.0 when every gold title is among the passages' titles; None when there are no gold titles."""
     recall = passage_recall(gold_titles, passages)
     return None if recall is None else float(recall == 1.0)
@@ -89,14 +112,17 @@ class QuestionScores:
     em: float
     f1: float
     acc: float
+    acc_substring: float
     recall: float | None
     all_gold: float | None
 
 
 def score_answer(prediction: str, golds: Sequence[str], gold_titles: Sequence[str],
-                 passages: Sequence[Passage]) -> QuestionScores:
-    """All metrics for one question; `passages` are those given to the generator."""
+                 passages: Sequence[Titled]) -> QuestionScores:
+    """All metrics for one question, each the best over `golds` (answer and aliases); `passages` are those given
+    to the generator."""
     return QuestionScores(em=exact_match(prediction, golds), f1=f1(prediction, golds), acc=acc(prediction, golds),
+                          acc_substring=acc_substring(prediction, golds),
                           recall=passage_recall(gold_titles, passages), all_gold=all_gold(gold_titles, passages))
 
 
@@ -116,3 +142,51 @@ def aggregate(scores: Sequence[QuestionScores]) -> dict[str, float]:
 def _mean(values: list[float | None]) -> float:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else 0.0
+
+
+# ---- uncertainty and breakdowns -----------------------------------------------------------------------------
+def bootstrap_ci(scores: Sequence[QuestionScores], *, resamples: int = BOOTSTRAP_RESAMPLES,
+                 seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL) -> dict[str, list[float]]:
+    """Percentile bootstrap interval of each mean in CI_KEYS: `resamples` draws, with replacement, of as many
+    questions as the mean covers (recall and all_gold cover the questions with gold titles, as in `aggregate`),
+    and the (1-level)/2 and (1+level)/2 quantiles (linear interpolation) of the resampled means. Each metric starts
+    from the same seed, so metrics over the same questions use the same draws."""
+    if not scores:
+        raise ValueError("no scores to bootstrap: the run answered no questions")
+    if resamples < 1 or not 0 < level < 1:
+        raise ValueError(f"need resamples >= 1 and 0 < level < 1, got {resamples} and {level}")
+    rows = [asdict(s) for s in scores]
+    return {key: _interval([r[key] for r in rows if r[key] is not None], resamples, seed, level) for key in CI_KEYS}
+
+
+def _interval(values: list[float], resamples: int, seed: int, level: float) -> list[float]:
+    if not values:
+        return [0.0, 0.0]
+    draws = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
+    means = np.asarray(values, dtype=float)[draws].mean(axis=1)
+    return [round(float(q), 6) for q in np.quantile(means, [(1 - level) / 2, (1 + level) / 2])]
+
+
+def scores_by_type(questions: Sequence, scores: Sequence[QuestionScores]) -> dict[str, dict[str, float]]:
+    """`aggregate` per question type (comparison, inference, compositional, bridge_comparison, ...) with its count
+    `n`, types sorted by name; questions without a type are left out."""
+    groups: dict[str, list[QuestionScores]] = {}
+    for question, score in zip(questions, scores):
+        if question.type:
+            groups.setdefault(question.type, []).append(score)
+    return {kind: {"n": len(group), **aggregate(group)} for kind, group in sorted(groups.items())}
+
+
+def extra_results(config: dict[str, Any], questions: Sequence, scores: Sequence[QuestionScores]) -> dict[str, Any]:
+    """The results.json keys beside `metrics`: `ci` (bootstrap intervals), `by_type`, `run` (machine, versions,
+    commit, date) and `data` (which questions out of how many, which corpus). `config` is the resolved run config;
+    its optional `metrics` group sets `bootstrap_resamples` and `bootstrap_seed`."""
+    from eval.run_info import data_facts, environment
+
+    settings = config.get("metrics") or {}
+    resamples = int(settings.get("bootstrap_resamples", BOOTSTRAP_RESAMPLES))
+    seed = int(settings.get("bootstrap_seed", BOOTSTRAP_SEED))
+    ci = {"level": CI_LEVEL, "method": "percentile bootstrap over questions", "resamples": resamples, "seed": seed,
+          "bounds": bootstrap_ci(scores, resamples=resamples, seed=seed)}
+    return {"ci": ci, "by_type": scores_by_type(questions, scores), "run": environment(),
+            "data": data_facts(config, len(questions))}

@@ -12,7 +12,7 @@ import pytest
 from eval.experiment import main
 
 SMALL = ["dataset.limit=3", "pipeline.max_tokens=6", "pipeline.num_demos=0", "concurrency=2"]
-METRICS = {"em", "f1", "acc", "recall", "all_gold"}
+METRICS = {"em", "f1", "acc", "acc_substring", "recall", "all_gold"}
 ROW_KEYS = {"id", "question", "answer", "prediction", "passages", "scores", "latency_s", "calls", "trace"}
 
 

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import (DatasetError, Question, load_official_corpus, load_questions, select_split)
+from eval.datasets import (DatasetError, Question, load_aliases, load_official_corpus, load_questions,
+                           select_split)
 from orthrus_rag.rag.types import Passage
 
 SHARED_2WIKI = Path(__file__).resolve().parents[2].parent / "shared/data/2wiki"
@@ -95,3 +96,41 @@ def test_shared_2wiki_splits():
     assert {q.id for q in dev}.isdisjoint(q.id for q in test)
     assert all(q.gold_titles and q.answer for q in test)
     assert sum(q.answer.lower() in ("yes", "no") for q in dev + test) == 110
+
+
+ALIASES = [{"Q_id": "Q30", "aliases": ["USA", "United States"], "demonyms": ["American"]},
+           {"Q_id": "Q1", "aliases": [], "demonyms": []}]
+
+
+def write_aliases(path: Path, rows: list[dict] = ALIASES) -> Path:
+    return write_jsonl(path, rows)
+
+
+def test_aliases_file_beside_the_questions_is_used(tmp_path):
+    rows = [dict(OFFICIAL[0], answer="United States of America", answer_id="Q30"), dict(OFFICIAL[1], answer_id="Q1")]
+    (tmp_path / "dev.json").write_text(json.dumps(rows))
+    assert load_questions(tmp_path / "dev.json", "all")[0].aliases == []
+    write_aliases(tmp_path / "id_aliases.json")
+    first, second = load_questions(tmp_path / "dev.json", "all")
+    assert first.answer_id == "Q30"
+    assert first.answers == ["United States of America", "USA", "United States", "American"]
+    assert second.answers == ["yes"]
+
+
+def test_aliases_merge_with_the_record_field_and_an_explicit_file(tmp_path):
+    row = {"id": "x", "question": "q?", "answer": "USA", "aliases": ["U.S."], "answer_id": "Q30"}
+    path = write_jsonl(tmp_path / "q.jsonl", [row])
+    assert load_questions(path, "all")[0].aliases == ["U.S."]
+    aliases = write_aliases(tmp_path / "elsewhere.jsonl")
+    assert load_questions(path, "all", aliases=aliases)[0].aliases == ["U.S.", "United States", "American"]
+
+
+def test_aliases_file_errors(tmp_path):
+    assert load_aliases(write_aliases(tmp_path / "a.json")) == {"Q30": ["USA", "United States", "American"], "Q1": []}
+    with pytest.raises(DatasetError, match="line 2 has no Q_id"):
+        load_aliases(write_jsonl(tmp_path / "b.json", [ALIASES[0], {"aliases": []}]))
+    (tmp_path / "c.json").write_text('{"Q_id": "Q1"}\nnot json\n')
+    with pytest.raises(DatasetError, match="line 2 is not JSON"):
+        load_aliases(tmp_path / "c.json")
+    with pytest.raises(FileNotFoundError, match="aliases file not found"):
+        load_aliases(tmp_path / "missing.json")

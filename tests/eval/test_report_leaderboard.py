@@ -1,9 +1,14 @@
-"""LEADERBOARD.md from existing results.json files, and the row configs."""
+"""LEADERBOARD.md from results files (byte for byte reproducible), the header facts, and the row configs."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
+import eval.leaderboard as leaderboard
 from eval.leaderboard import main, row_names
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def results(pipeline: str, acc: float, f1: float) -> dict:
@@ -15,29 +20,149 @@ def results(pipeline: str, acc: float, f1: float) -> dict:
                        "concurrency": 16}}
 
 
+def full_results(pipeline: str, acc: float, end: str, wall_s: float = 100.0, cpu: str = "Xeon X") -> dict:
+    """A results.json as runs write it now: intervals, run and data facts."""
+    r = results(pipeline, acc, 0.2)
+    r["metrics"]["acc_substring"] = acc + 0.01
+    r["ci"] = {"level": 0.95, "resamples": 1000, "seed": 0,
+               "bounds": {"em": [0.01, 0.1], "f1": [0.15, 0.25], "acc": [acc - 0.05, acc + 0.05],
+                          "acc_substring": [acc - 0.04, acc + 0.06], "recall": [0.6, 0.66], "all_gold": [0.2, 0.4]}}
+    r["config"].update(index={"factory": "Flat"}, model={"name": "smollm2-135m-instruct"},
+                       embedder={"name": "all-minilm-l6-v2"},
+                       runtime={"dtype": "bfloat16", "device": "cpu", "num_threads": 1, "policy": "adaptive",
+                                "max_num_batched_tokens": 512})
+    r["wall_s"] = wall_s
+    r["run"] = {"date": end, "python": "3.11.9", "torch": "2.13.0", "transformers": "5.24.0",
+                "git_commit": "0123456789abcdef", "git_dirty": False,
+                "machine": {"cpu": cpu, "cores": 2, "cores_usable": 2, "gpu": None, "load_avg": [1.5, 1.2, 1.0]}}
+    r["data"] = {"questions": {"file": "questions.jsonl", "split": "test", "answered": 100, "split_size": 700,
+                               "total": 1000},
+                 "corpus": {"file": "corpus.jsonl", "passages": 6119, "fingerprint": "abc123"}}
+    return r
+
+
+def write_rows(folder: Path, rows: dict[str, dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, r in rows.items():
+        (folder / f"{name}.json").write_text(json.dumps(r))
+    return folder
+
+
+def table_rows(text: str) -> list[list[str]]:
+    return [line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+
+
 def test_from_results(tmp_path):
     for i, (name, acc, f1) in enumerate([("standard_rag", 0.09, 0.1), ("ircot", 0.11, 0.1), ("iter", 0.09, 0.2)]):
         (tmp_path / f"{i}-{name}").mkdir()
         (tmp_path / f"{i}-{name}" / "results.json").write_text(json.dumps(results(name, acc, f1)))
     out = tmp_path / "LEADERBOARD.md"
     main(["--from-results", str(tmp_path), "--out", str(out)])
-    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [r.split(" | ")[1] for r in rows] == ["ircot", "iter", "standard_rag"]  # Acc, then F1
-    cells = rows[0].strip("| ").split(" | ")
-    assert cells[3:10] == ["100", "0.050", "0.100", "0.110", "0.632", "12.3", "0.500"]
-    assert cells[10] == "k=5; gen + backbone; split=test limit=100; concurrency=16 policy=adaptive"
-    assert f"--from-results {tmp_path}" in out.read_text()
+    rows = table_rows(out.read_text())
+    assert [r[1] for r in rows] == ["ircot", "iter", "standard_rag"]  # Acc, then F1
+    # results written before intervals and acc_substring existed: plain values and "-"
+    assert rows[0][3:12] == ["100", "0.050", "0.100", "0.110", "-", "0.632", "0.300", "12.3", "0.500"]
+    assert rows[0][12] == "k=5; gen + backbone; split=test limit=100; concurrency=16 policy=adaptive"
+    assert "- Machine: not recorded" in out.read_text()
 
 
-def test_rows_and_errors(tmp_path):
+def test_rebuild_is_byte_for_byte_and_reads_the_header_from_the_runs(tmp_path):
+    folder = write_rows(tmp_path / "results", {
+        "ircot": full_results("ircot", 0.2, "2026-12-01T10:00:00+00:00"),
+        "standard_rag": full_results("standard_rag", 0.1, "2026-12-01T12:00:00+00:00")})
+    first, second = tmp_path / "a.md", tmp_path / "b.md"
+    main(["--from-results", str(folder), "--out", str(first)])
+    main(["--from-results", str(folder), "--out", str(second)])
+    text = first.read_text()
+    assert first.read_bytes() == second.read_bytes()
+    assert table_rows(text)[0][4:10] == ["0.050 [0.010, 0.100]", "0.200 [0.150, 0.250]", "0.200 [0.150, 0.250]",
+                                         "0.210 [0.160, 0.260]", "0.632 [0.600, 0.660]", "0.300 [0.200, 0.400]"]
+    for fact in ["- Models: generator `smollm2-135m-instruct`, embedder `all-minilm-l6-v2`",
+                 "- Runtime: dtype bfloat16, device cpu, torch threads 1, policy adaptive, max_num_batched_tokens 512, "
+                 "concurrency 16", "- Index: FAISS `Flat`",
+                 "- Corpus: `corpus.jsonl`, 6,119 passages (fingerprint abc123)",
+                 "- Questions: 2wiki test split: the first 100 of 700 questions (1,000 in `questions.jsonl`)",
+                 "- Machine: Xeon X, 2 cores", "- Software: torch 2.13.0, transformers 5.24.0, Python 3.11.9",
+                 "- Commit: `0123456789`", "- Date (UTC): 2026-12-01",
+                 "- Timing: rows ran one at a time (no two rows' answering overlapped); 1-minute load average at "
+                 "the end of each run 1.50 to 1.50"]:
+        assert fact in text, fact
+    assert str(tmp_path) not in text  # nothing depends on where the files were read from
+
+
+def test_header_names_differences_and_overlapping_runs(tmp_path):
+    folder = write_rows(tmp_path, {
+        "a": full_results("ircot", 0.3, "2026-12-01T10:00:00+00:00", wall_s=600),
+        "b": full_results("iter_retgen", 0.2, "2026-12-01T10:05:00+00:00", wall_s=600, cpu="EPYC Y"),
+        "c": full_results("no_retrieval", 0.1, "2026-12-02T10:00:00+00:00", cpu="EPYC Y")})
+    main(["--from-results", str(folder), "--out", str(tmp_path / "L.md")])
+    text = (tmp_path / "L.md").read_text()
+    assert "- Machine: Xeon X, 2 cores (row 1); EPYC Y, 2 cores (rows 2, 3)" in text
+    assert "- Date (UTC): 2026-12-01 (rows 1, 2); 2026-12-02 (row 3)" in text
+    assert "- Timing: rows ran side by side (rows 1 and 2 overlapped)" in text
+
+
+def fake_experiment(rows: dict[str, dict]):
+    """Stands in for `python -m eval.experiment`: writes the row's results.json into its hydra.run.dir."""
+    calls = []
+
+    def run(args, **kwargs):
+        calls.append(args)
+        assert args[:3] == [sys.executable, "-m", "eval.experiment"]
+        name = args[3].removeprefix("+experiment=leaderboard/")
+        run_dir = Path(args[4].removeprefix("hydra.run.dir="))
+        run_dir.mkdir(parents=True)
+        (run_dir / "results.json").write_text(json.dumps(dict(rows[name], predictions=["raw"])))
+        return type("Done", (), {"returncode": 0})()
+
+    return run, calls
+
+
+def test_running_the_rows_saves_them_and_rebuilds_the_same_bytes(tmp_path, monkeypatch):
+    rows = {"ircot": full_results("ircot", 0.2, "2026-12-01T10:00:00+00:00"),
+            "standard_rag": full_results("standard_rag", 0.1, "2026-12-01T12:00:00+00:00")}
+    run, calls = fake_experiment(rows)
+    monkeypatch.setattr(leaderboard.subprocess, "run", run)
+    saved, out = tmp_path / "results", tmp_path / "LEADERBOARD.md"
+    main(["--rows", "ircot,standard_rag", "--runs", str(tmp_path / "runs"), "--results", str(saved),
+          "--out", str(out), "dataset.limit=5"])
+    assert [c[3] for c in calls] == ["+experiment=leaderboard/ircot", "+experiment=leaderboard/standard_rag"]
+    assert calls[0][-1] == "dataset.limit=5"
+    assert sorted(p.name for p in saved.iterdir()) == ["ircot.json", "standard_rag.json"]
+    assert json.loads((saved / "ircot.json").read_text()) == rows["ircot"]  # the raw predictions are dropped
+    main(["--from-results", str(saved), "--out", str(tmp_path / "again.md")])
+    assert out.read_bytes() == (tmp_path / "again.md").read_bytes()
+
+
+@pytest.mark.skipif(not list((ROOT / "leaderboard" / "results").glob("*.json")),
+                    reason="no committed leaderboard results yet (python -m eval.leaderboard writes them)")
+def test_committed_results_rebuild_the_committed_leaderboard(tmp_path):
+    main(["--from-results", str(ROOT / "leaderboard" / "results"), "--out", str(tmp_path / "LEADERBOARD.md")])
+    assert (tmp_path / "LEADERBOARD.md").read_bytes() == (ROOT / "LEADERBOARD.md").read_bytes()
+
+
+def test_rows_and_errors(tmp_path, capsys):
     assert {"no_retrieval", "standard_rag", "ircot", "iter_retgen"} <= set(row_names())
+    assert "_pinned" not in row_names()
     with pytest.raises(ValueError, match="nope"):
         row_names(["nope"])
     with pytest.raises(SystemExit):
         main(["--from-results", str(tmp_path), "--out", str(tmp_path / "x.md")])  # no results.json there
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(SystemExit):
+        main(["--from-results", str(tmp_path), "--out", str(tmp_path / "x.md")])
+    assert "broken.json is not valid JSON" in capsys.readouterr().err
 
 
-def test_row_configs_compose():
+def test_a_failed_row_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(leaderboard.subprocess, "run", lambda args, **kw: type("Done", (), {"returncode": 1})())
+    with pytest.raises(SystemExit):
+        main(["--rows", "ircot", "--runs", str(tmp_path), "--results", str(tmp_path / "r"), "--out",
+              str(tmp_path / "x.md")])
+    assert "row 'ircot' failed" in capsys.readouterr().err
+
+
+def test_row_configs_compose_and_pin_what_changes_a_number():
     from hydra import compose, initialize_config_dir
 
     from orthrus_rag.cli.common import CONF_DIR
@@ -46,3 +171,7 @@ def test_row_configs_compose():
         for name in row_names():
             cfg = compose("config", overrides=[f"+experiment=leaderboard/{name}"])
             assert name.startswith(cfg.pipeline.name) and cfg.dataset.name == "2wiki" and cfg.dataset.split == "test"
+            assert (cfg.dataset.limit, cfg.concurrency, cfg.index.factory) == (200, 16, "Flat")
+            assert (cfg.runtime.dtype, cfg.runtime.device, cfg.runtime.num_threads) == ("bfloat16", "cpu", 1)
+            assert (cfg.model.name, cfg.embedder.name) == ("smollm2-135m-instruct", "all-minilm-l6-v2")
+            assert (cfg.metrics.bootstrap_seed, cfg.metrics.bootstrap_resamples) == (0, 1000)

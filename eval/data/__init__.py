@@ -1,0 +1,1 @@
+"""Scripts that build the project's data files from official releases."""

@@ -1,0 +1,132 @@
+"""Facts about a run that change or explain its numbers: the machine, library versions, commit and date
+(`environment`), and which questions and corpus it read (`data_facts`). Read by the leaderboard's header.
+
+Imports neither torch nor transformers: versions come from the installed package metadata.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def environment() -> dict[str, Any]:
+    """Date (UTC, when the run finished), machine, Python/torch/transformers versions, git commit."""
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+            "python": platform.python_version(), "torch": package_version("torch"),
+            "transformers": package_version("transformers"), **git_state()}
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, logical cores (and those this process may use), the GPU when torch already uses one, and the
+    load averages (1, 5, 15 min) when the run ended: a high load means other work shared the machine."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "cores_usable": usable, "gpu": gpu_name(), "load_avg": load}
+
+
+def cpu_model() -> str:
+    """The `model name` line of /proc/cpuinfo (Linux), else what the platform module reports."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def gpu_name() -> str | None:
+    """The CUDA device name when torch is already imported and sees a GPU; never imports torch itself."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.get_device_name(0) if torch is not None and torch.cuda.is_available() else None
+    except Exception:  # a broken CUDA setup must not fail the results file
+        return None
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """`git_commit` (full hash) and `git_dirty` (uncommitted changes to tracked files); None outside a checkout."""
+    commit = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+# ---- data -------------------------------------------------------------------------------------------------------
+def data_facts(config: dict[str, Any], answered: int) -> dict[str, Any]:
+    """Which questions (split, how many answered, the split's and the file's size) and which corpus (file, passage
+    count, fingerprint) the run read. Paths are resolved as the run resolved them; sizes are None when unreadable."""
+    dataset = config.get("dataset") or {}
+    questions_path, corpus_path = _dataset_paths(dataset)
+    return {"questions": {"file": _name(questions_path), "split": dataset.get("split"), "answered": answered,
+                          **question_counts(questions_path, dataset.get("split"))},
+            "corpus": {"file": _name(corpus_path), **corpus_facts(corpus_path)}}
+
+
+def question_counts(path: str | Path | None, split: str | None) -> dict[str, int | None]:
+    """`split_size` (questions in the split) and `total` (questions in the file); None for Hugging Face ids."""
+    from eval.datasets import load_questions
+
+    if str(path).startswith("hf:"):
+        return {"split_size": None, "total": None}
+    try:
+        return {"split_size": len(load_questions(path, split or "all")), "total": len(load_questions(path, "all"))}
+    except Exception:  # facts for the report only: an unreadable source leaves them unknown
+        return {"split_size": None, "total": None}
+
+
+def corpus_facts(path: str | Path | None) -> dict[str, Any]:
+    """`passages` and `fingerprint` (a digest of ids, titles and texts: equal for equal corpora in equal order)."""
+    try:
+        from indexes import corpus_fingerprint, load_corpus
+
+        passages = load_corpus(path)
+        return {"passages": len(passages), "fingerprint": corpus_fingerprint(passages)}
+    except Exception:  # facts for the report only: an unreadable corpus leaves them unknown
+        return {"passages": None, "fingerprint": None}
+
+
+def _dataset_paths(dataset: dict[str, Any]) -> tuple[str | Path | None, Path | None]:
+    """The questions and corpus paths, relative ones from where the command ran; the demo files for nulls."""
+    questions, corpus = dataset.get("path"), dataset.get("corpus")
+    if questions is None or corpus is None:
+        from orthrus_rag.demo import demo_corpus_path, demo_questions_path
+
+        questions = questions if questions is not None else demo_questions_path()
+        corpus = corpus if corpus is not None else demo_corpus_path()
+    return _absolute(questions), _absolute(corpus)
+
+
+def _absolute(path: str | Path) -> str | Path:
+    if str(path).startswith("hf:"):
+        return str(path)
+    from hydra.utils import to_absolute_path
+
+    return Path(to_absolute_path(str(path)))
+
+
+def _name(path: str | Path) -> str:
+    """The file name only: no machine-specific folders in results that get committed."""
+    text = str(path)
+    return text if text.startswith("hf:") else Path(text).name
