@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.auth import require_api_key
 from orthrus_rag.serving.body_limit import BodyLimitMiddleware
+from orthrus_rag.serving.disconnect import DisconnectMiddleware
 from orthrus_rag.serving.errors import install_error_handlers
 from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
@@ -32,6 +33,7 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
         app.include_router(module.router, dependencies=guarded)
     app.include_router(system.router)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
     app.add_middleware(DrainingMiddleware, lifecycle=state.lifecycle)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app
