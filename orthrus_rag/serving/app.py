@@ -14,7 +14,7 @@ from orthrus_rag.serving.disconnect import DisconnectMiddleware
 from orthrus_rag.serving.errors import install_error_handlers
 from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
-from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, without_validation_422
+from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, install_openapi
 from orthrus_rag.serving.routes import chat, completions, embeddings, system
 from orthrus_rag.serving.routes import rag as rag_route
 from orthrus_rag.serving.settings import ServerSettings, served_name
@@ -38,7 +38,7 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
     app.add_middleware(DrainingMiddleware, lifecycle=state.lifecycle)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
-    without_validation_422(app)
+    install_openapi(app)
     return app
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 MAX_INPUTS = 2048  # embedding inputs per request, as in the OpenAI API
-SEED_MIN, SEED_MAX = 0, 2**64 - 1  # what the engine takes: an unsigned 64-bit seed
+SEED_END = 2**64  # seeds are unsigned 64-bit integers; an exclusive bound, exact even as a JSON double
 
 
 def _unicode(value: str) -> str:
@@ -56,7 +56,7 @@ class SamplingRequest(OpenAIRequest):
     temperature: float | None = Field(None, ge=0, allow_inf_nan=False, description="0 is greedy; null is 1.0")
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="extension: keep the k likeliest tokens; 0 switches the filter off")
-    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
+    seed: int | None = Field(None, ge=0, lt=SEED_END)
     stop: NonEmptyText | list[NonEmptyText] | None = None
     n: int = Field(1, ge=1, le=1, description="one choice per request")
     stream: bool = False
