@@ -233,3 +233,14 @@ def test_error_bodies_are_json_objects_with_the_openai_shape(server):
     resp = post(server, "/v1/completions", {"prompt": "hi", "n": 2})
     assert resp.headers["content-type"].startswith("application/json")
     assert_error(resp, 400, "n")
+
+
+def test_messages_the_chat_template_refuses_are_400(server, monkeypatch):
+    template = ("{% for m in messages %}{% if loop.index0 % 2 == 0 and m.role != 'user' %}"
+                "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}"
+                "{{ m.content }}{% endfor %}")
+    monkeypatch.setattr(server.engine.tokenizer, "chat_template", template)
+    error = assert_error(post(server, "/v1/chat/completions", {"messages": [{"role": "assistant", "content": "x"}]}),
+                         400, "messages")
+    assert "alternate" in error["message"]
+    assert post(server, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2}).status_code == 200
