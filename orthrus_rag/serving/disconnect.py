@@ -25,6 +25,8 @@ class DisconnectMiddleware:
         call = _Call(receive, send)
         handler = asyncio.ensure_future(self.app(scope, call.receive, call.send))
         watcher = asyncio.ensure_future(call.until_disconnected())
+        for task in (handler, watcher):  # an error nobody awaits any more (after a cancel) is not logged as lost
+            task.add_done_callback(_retrieve)
         try:
             await asyncio.wait((handler, watcher), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this middleware was cancelled (server shutdown): nothing is left running
@@ -38,6 +40,11 @@ class DisconnectMiddleware:
             if handler.cancelled():
                 return await call.abandoned()
         await handler  # the result or the route's exception, as without this middleware
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class _Call:
