@@ -10,9 +10,11 @@ from fastapi import Depends, FastAPI
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.auth import require_api_key
 from orthrus_rag.serving.body_limit import BodyLimitMiddleware
+from orthrus_rag.serving.disconnect import DisconnectMiddleware
 from orthrus_rag.serving.errors import install_error_handlers
 from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
+from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, install_openapi
 from orthrus_rag.serving.routes import chat, completions, embeddings, system
 from orthrus_rag.serving.routes import rag as rag_route
 from orthrus_rag.serving.settings import ServerSettings, served_name
@@ -28,12 +30,15 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     app.state.server = state
     install_error_handlers(app)
     guarded = [Depends(require_api_key)]
-    for module in (embeddings, completions, chat, rag_route):
-        app.include_router(module.router, dependencies=guarded)
+    for module in (embeddings, completions, chat):
+        app.include_router(module.router, dependencies=guarded, responses=API_ERRORS)
+    app.include_router(rag_route.router, dependencies=guarded, responses=RAG_ERRORS)
     app.include_router(system.router)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
     app.add_middleware(DrainingMiddleware, lifecycle=state.lifecycle)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    install_openapi(app)
     return app
 
 

@@ -1,11 +1,14 @@
 """OpenAI-style error bodies, and the mapping from every failure to its HTTP status."""
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orthrus_rag.engine import EngineDeadError, EngineError, InvalidRequestError, QueueFullError, RequestAbortedError
@@ -15,6 +18,26 @@ log = logging.getLogger("orthrus_rag.serving")
 
 _HTTP_KINDS = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed"),
                413: ("invalid_request_error", "request_too_large")}
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every non-2xx answer: `{"error": {"message", "type", "param", "code"}}`, as the OpenAI API sends."""
+
+    error: ErrorDetail
+
+
+class ErrorResponse(JSONResponse):
+    """JSON escaped to ASCII, so that any text a client sent (a lone surrogate included) can be echoed back."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 class APIError(Exception):
@@ -27,7 +50,7 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        return ErrorResponse(self.body(), status_code=self.status, headers=headers)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -61,23 +84,45 @@ def as_api_error(err: Exception) -> APIError:
 
 
 def validation_error(err: RequestValidationError) -> APIError:
-    """FastAPI's 422 as a 400 naming the first bad field."""
-    first = err.errors()[0] if err.errors() else {}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    """FastAPI's 422 as a 400 naming the bad field, with the most telling of pydantic's errors."""
+    first = _most_telling(err.errors())
+    if first.get("type") == "json_invalid":
+        where = f" at character {first['loc'][-1]}" if len(first.get("loc", ())) > 1 else ""
+        return bad_request(f"the body is not valid JSON{where}: {first.get('ctx', {}).get('error', 'malformed')}")
+    loc = _field_path(first.get("loc", ()))
     param = loc[0] if loc and not loc[0].isdigit() else None  # the top-level field, as OpenAI reports it
-    where = f" at '{'.'.join(loc)}'" if loc else ""
+    where = f" at '{'.'.join(loc)}'" if loc else " (the body must be a JSON object)"
     return bad_request(f"invalid request{where}: {first.get('msg', 'malformed body')}", param)
 
 
+def _most_telling(errors: list[dict]) -> dict:
+    """For a field that takes one of several types, pydantic reports a failure per type: prefer a value of the
+    right type that breaks a constraint over a value of the wrong type, then the error found deepest."""
+    def rank(error: dict) -> tuple[bool, int]:
+        return (not error.get("type", "").endswith("_type"), len(_field_path(error.get("loc", ()))))
+
+    return max(errors, key=rank, default={})  # max keeps the first of equals: pydantic's own order
+
+
+def _field_path(loc: tuple) -> list[str]:
+    """The location without "body" and without pydantic's labels for the alternatives of a union (`str`,
+    `list[int]`, `function-after[...]`, a model's class name)."""
+    return [str(p) for p in loc if p != "body" and (isinstance(p, int) or not _union_label(p))]
+
+
+def _union_label(part: str) -> bool:
+    return any(c in part for c in "[-") or part in ("str", "int", "float", "bool", "none") or part[:1].isupper()
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_validation(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def on_validation(_: Request, err: RequestValidationError) -> ErrorResponse:
         return validation_error(err).response()
 
-    async def on_http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+    async def on_http(_: Request, err: StarletteHTTPException) -> ErrorResponse:
         kind, code = _HTTP_KINDS.get(err.status_code, ("invalid_request_error", None))
         return APIError(err.status_code, str(err.detail), kind, code=code).response()
 
-    async def on_known(_: Request, err: Exception) -> JSONResponse:
+    async def on_known(_: Request, err: Exception) -> ErrorResponse:
         return as_api_error(err).response()
 
     app.add_exception_handler(RequestValidationError, on_validation)

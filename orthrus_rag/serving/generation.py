@@ -35,13 +35,6 @@ def check_model(state: ServerState, model: str | None) -> str:
     return state.generator_name
 
 
-def check_supported(req: SamplingRequest) -> None:
-    if req.n != 1:
-        raise bad_request(f"n must be 1 (one choice per request), got {req.n}", "n")
-    if req.logprobs not in (None, False, 0):
-        raise bad_request("logprobs are not supported by this server", "logprobs")
-
-
 def sampling_params(req: SamplingRequest, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,

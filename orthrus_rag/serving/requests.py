@@ -1,23 +1,47 @@
-"""Request bodies, in the OpenAI API's shapes (unknown fields are ignored, as OpenAI clients send extras)."""
+"""Request bodies, in the OpenAI API's shapes (unknown fields are ignored, as OpenAI clients send extras).
+
+Types are strict (a string is never read as a number, nor a number as a string) and every type and range the
+server enforces is declared here, so the OpenAPI schema at /openapi.json says which bodies are accepted. What the
+schema cannot say is answered with a 400 naming the field: an input that is blank, longer than the context or
+holds token ids past the vocabulary, an unknown model, a `dimensions` other than the model's.
+"""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-TokenIds = list[StrictInt]
+MAX_INPUTS = 2048  # embedding inputs per request, as in the OpenAI API
+SEED_END = 2**64  # seeds are unsigned 64-bit integers; an exclusive bound, exact even as a JSON double
+
+
+def _unicode(value: str) -> str:
+    """JSON can spell a lone UTF-16 surrogate ("\\ud800"), which is no Unicode text: refuse it here."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"text holds a lone UTF-16 surrogate at character {err.start}; "
+                         "send valid Unicode text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+NonEmptyText = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]  # ids past the vocabulary: a 400
+Count = Annotated[int, Field(ge=1)]
 
 
 class OpenAIRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class EmbeddingRequest(OpenAIRequest):
-    input: StrictStr | list[StrictStr] | TokenIds | list[TokenIds]
-    model: str | None = None
+    input: (Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)] | TokenIds
+            | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_INPUTS)])
+    model: Text | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
-    user: str | None = None
+    dimensions: Count | None = Field(None, description="must equal the model's own dimension (no truncation)")
+    user: Text | None = None
 
 
 class StreamOptions(OpenAIRequest):
@@ -27,19 +51,19 @@ class StreamOptions(OpenAIRequest):
 class SamplingRequest(OpenAIRequest):
     """Fields shared by completions and chat completions."""
 
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None  # None: 1.0, as in the OpenAI API
-    top_p: float | None = None
-    top_k: int = 0  # extension: 0 switches the filter off
-    seed: int | None = None
-    stop: StrictStr | list[StrictStr] | None = None
-    n: int = 1
+    model: Text | None = None
+    max_tokens: Count | None = Field(None, description="the prompt plus max_tokens must fit the context length")
+    temperature: float | None = Field(None, ge=0, allow_inf_nan=False, description="0 is greedy; null is 1.0")
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="extension: keep the k likeliest tokens; 0 switches the filter off")
+    seed: int | None = Field(None, ge=0, lt=SEED_END)
+    stop: NonEmptyText | list[NonEmptyText] | None = None
+    n: int = Field(1, ge=1, le=1, description="one choice per request")
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # extension: keep generating past the end-of-sequence token
-    logprobs: bool | int | None = None  # not supported: must be unset
-    user: str | None = None
+    logprobs: Literal[False, 0] | None = Field(None, description="not supported: unset, false or 0")
+    user: Text | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -47,20 +71,22 @@ class SamplingRequest(OpenAIRequest):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: StrictStr | TokenIds | list[StrictStr] | list[TokenIds]
-    echo: bool = False  # not supported: must be false
-    best_of: int | None = None  # not supported beyond 1
-    suffix: str | None = None  # not supported: must be unset
+    prompt: (Text | TokenIds | Annotated[list[Text], Field(min_length=1, max_length=1)]
+             | Annotated[list[TokenIds], Field(min_length=1, max_length=1)]) = Field(
+        description="one prompt: text or token ids, possibly as a one-element list")
+    echo: Literal[False] = Field(False, description="not supported: must be false")
+    best_of: Literal[1] | None = Field(None, description="not supported beyond 1")
+    suffix: Annotated[Text, Field(max_length=0)] | None = Field(None, description="not supported: unset or empty")
 
 
 class TextPart(OpenAIRequest):
     type: Literal["text"]
-    text: StrictStr
+    text: Text
 
 
 class ChatMessage(OpenAIRequest):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -69,10 +95,10 @@ class ChatMessage(OpenAIRequest):
 
 
 class ChatCompletionRequest(SamplingRequest):
-    messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Count | None = Field(None, description="takes precedence over max_tokens")
 
 
 class RagRequest(OpenAIRequest):
-    question: StrictStr
-    pipeline: StrictStr | None = None
+    question: Text = Field(description="a non-blank question")
+    pipeline: Text | None = Field(None, description="one of the server's pipelines; null: its default")

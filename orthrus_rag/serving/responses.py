@@ -96,6 +96,12 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    running: int  # requests admitted and running in the engine
+    waiting: dict[str, int]  # requests waiting, by kind (embed, generate)
+
+
 class RagResponse(BaseModel):
     answer: str
     passages: list[dict[str, Any]] = Field(default_factory=list)

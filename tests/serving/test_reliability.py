@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import threading
 import time
+from urllib.parse import urlparse
 
 import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from orthrus_rag.engine import SamplingParams
 from orthrus_rag.serving import ServerSettings
 
 LONG = {"prompt": "Count with me:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
@@ -33,6 +39,73 @@ def test_disconnect_mid_stream_aborts_and_frees_blocks(server):
     assert wait_for(lambda: engine.stats()["kv_blocks_used"] == 0 and engine.stats()["running"] == 0)
     time.sleep(0.2)
     assert engine.stats()["tokens"]["decode"] - decoded_before < 350
+
+
+def send_and_hang_up_later(url: str, path: str, body: dict) -> socket.socket:
+    """A raw HTTP/1.1 request whose connection the caller closes without reading the answer."""
+    address = urlparse(url)
+    sock = socket.create_connection((address.hostname, address.port), timeout=10)
+    payload = json.dumps(body).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {address.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n")
+    sock.sendall(head.encode() + payload)
+    return sock
+
+
+def engine_idle(engine) -> bool:
+    stats = engine.stats()
+    return stats["running"] == 0 and stats["kv_blocks_used"] == 0 and not any(stats["waiting"].values())
+
+
+@pytest.fixture(scope="module")
+def slow_server(serve_app, make_engine):
+    """A server whose engine takes 32 tokens a step (long inputs span many steps) and whose RAG generates long."""
+    engine = make_engine(max_num_batched_tokens=32)
+
+    async def long_rag(question: str, pipeline: str | None) -> dict:
+        out = await engine.generate(question, SamplingParams(max_tokens=400, ignore_eos=True))
+        return {"answer": out.text}
+
+    try:
+        with serve_app(engine, ServerSettings(max_body_bytes=4 << 20), rag=long_rag, owns_engine=True) as running:
+            yield running
+    finally:
+        engine.shutdown()
+
+
+LONG_CALLS = {
+    "completions": ("/v1/completions", LONG, "decode", 400),
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Count with me:"}], "max_tokens": 400,
+                                      "temperature": 0, "ignore_eos": True}, "decode", 400),
+    "rag": ("/v1/rag", {"question": "Count with me:"}, "decode", 400),
+    "embeddings": ("/v1/embeddings", {"input": [[7] * 500] * 64, "model": "tiny-llama"}, "embed", 64 * 500),
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_CALLS))
+def test_disconnect_before_the_answer_aborts_and_frees_blocks(slow_server, name):
+    engine = slow_server.engine
+    path, body, kind, total = LONG_CALLS[name]
+    if name == "embeddings":
+        body = {**body, "model": slow_server.state.generator_name}  # the backbone: long inputs are chunked
+    before = engine.stats()["tokens"][kind]
+    sock = send_and_hang_up_later(slow_server.url, path, body)
+    assert wait_for(lambda: engine.stats()["tokens"][kind] > before, 10), "the request never started"
+    sock.close()  # gone before any answer: the request must be aborted, not run to the end
+    assert wait_for(lambda: engine_idle(engine)), engine.stats()
+    time.sleep(0.2)
+    assert engine.stats()["tokens"][kind] - before < total * 0.9, "the request ran on after the disconnect"
+    later = httpx.post(f"{slow_server.url}{path}", json={**body, "max_tokens": 2} if kind == "decode" else
+                       {**body, "input": "still serving"}, timeout=60)
+    assert later.status_code == 200, later.text
+    assert engine_idle(engine)
+    assert abandoned_requests(slow_server, path) >= 1
+
+
+def abandoned_requests(server, path: str) -> float:
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "orthrus_http_requests_total" and s.labels == {"endpoint": path, "status": "499"})
 
 
 def test_full_waiting_queue_answers_429(serve_app, make_engine):

@@ -4,12 +4,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends
+from jinja2 import TemplateError
 
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.rag.reasoner import apply_chat_template
 from orthrus_rag.serving.errors import bad_request
-from orthrus_rag.serving.generation import (Call, check_model, check_supported, new_call, open_stream,
-                                            sampling_params, usage_of)
+from orthrus_rag.serving.generation import Call, check_model, new_call, open_stream, sampling_params, usage_of
+from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
 from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                            ChatCompletionResponse, ChatDelta)
@@ -19,11 +20,10 @@ from orthrus_rag.serving.state import ServerState, get_state
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=EVENT_STREAM)
 async def chat_completions(req: ChatCompletionRequest, state: ServerState = Depends(get_state)):
     call = new_call("chatcmpl", check_model(state, req.model))
-    check_supported(req)
-    prompt = render_chat(state.engine.tokenizer, req.messages)
+    prompt = _rendered(state, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = sampling_params(req, max_tokens, state.settings.default_max_tokens)
     if req.stream:
@@ -41,6 +41,14 @@ def render_chat(tokenizer, messages: list[ChatMessage]) -> str:
     if tokenizer.chat_template is None:
         raise bad_request("the generator has no chat template; use /v1/completions", "messages")
     return apply_chat_template(tokenizer, [{"role": m.role, "content": m.text()} for m in messages])
+
+
+def _rendered(state: ServerState, messages: list[ChatMessage]) -> str:
+    """The templated prompt; a conversation the chat template refuses (e.g. roles out of order) is a 400."""
+    try:
+        return render_chat(state.engine.tokenizer, messages)
+    except TemplateError as err:
+        raise bad_request(f"the model's chat template refused these messages: {err}", "messages") from err
 
 
 async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage: bool):

@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends
 
 from orthrus_rag.engine.output import StepOutput
-from orthrus_rag.serving.errors import bad_request
-from orthrus_rag.serving.generation import (Call, check_model, check_supported, new_call, open_stream,
-                                            sampling_params, usage_of)
+from orthrus_rag.serving.generation import Call, check_model, new_call, open_stream, sampling_params, usage_of
+from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import CompletionRequest
 from orthrus_rag.serving.responses import CompletionChoice, CompletionResponse
 from orthrus_rag.serving.sse import sse_response
@@ -17,11 +16,9 @@ from orthrus_rag.serving.state import ServerState, get_state
 router = APIRouter()
 
 
-@router.post("/v1/completions", response_model=None)
+@router.post("/v1/completions", response_model=CompletionResponse, responses=EVENT_STREAM)
 async def completions(req: CompletionRequest, state: ServerState = Depends(get_state)):
     call = new_call("cmpl", check_model(state, req.model))
-    check_supported(req)
-    _check_completion_only(req)
     prompt = _single_prompt(req.prompt)
     params = sampling_params(req, req.max_tokens, state.settings.default_max_tokens)
     if req.stream:
@@ -45,18 +42,7 @@ async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage:
 
 
 def _single_prompt(prompt: str | list) -> str | list[int]:
-    """One prompt: a string or token ids, possibly wrapped in a one-element list."""
-    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+    """One prompt: a string or token ids, possibly wrapped in a one-element list (the schema allows no more)."""
+    if isinstance(prompt, str) or isinstance(prompt[0], int):
         return prompt
-    if len(prompt) != 1:
-        raise bad_request(f"send exactly one prompt per request (got {len(prompt)})", "prompt")
     return prompt[0]
-
-
-def _check_completion_only(req: CompletionRequest) -> None:
-    if req.echo:
-        raise bad_request("echo is not supported by this server", "echo")
-    if req.best_of not in (None, 1):
-        raise bad_request("best_of must be 1", "best_of")
-    if req.suffix:
-        raise bad_request("suffix is not supported by this server", "suffix")

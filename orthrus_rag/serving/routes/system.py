@@ -4,18 +4,19 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from orthrus_rag.serving.auth import require_api_key
-from orthrus_rag.serving.responses import ModelCard, ModelList
+from orthrus_rag.serving.openapi import UNAUTHORIZED, UNAVAILABLE
+from orthrus_rag.serving.responses import Health, ModelCard, ModelList
 from orthrus_rag.serving.state import ServerState, get_state
 
 router = APIRouter()
 _STARTED = int(time.time())
 
 
-@router.get("/v1/models", dependencies=[Depends(require_api_key)])
+@router.get("/v1/models", dependencies=[Depends(require_api_key)], responses={**UNAUTHORIZED, **UNAVAILABLE})
 async def list_models(state: ServerState = Depends(get_state)) -> ModelList:
     cards = [ModelCard(id=state.generator_name, created=_STARTED, kind="generator")]
     if state.embedder_name:
@@ -23,13 +24,12 @@ async def list_models(state: ServerState = Depends(get_state)) -> ModelList:
     return ModelList(data=cards)
 
 
-@router.get("/health")
-async def health(state: ServerState = Depends(get_state)) -> JSONResponse:
+@router.get("/health", responses=UNAVAILABLE)
+async def health(state: ServerState = Depends(get_state)) -> Health:
     stats = state.engine.stats()
-    body = {"status": "ok", "running": stats.get("running", 0), "waiting": stats.get("waiting", {})}
-    return JSONResponse(body)
+    return Health(running=stats.get("running", 0), waiting=stats.get("waiting", {}))
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses=UNAVAILABLE)
 async def metrics(state: ServerState = Depends(get_state)) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

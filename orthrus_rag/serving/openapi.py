@@ -1,0 +1,66 @@
+"""The published OpenAPI schema: every error answer a route can give, documented; FastAPI's 422 (sent as 400) not."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from orthrus_rag.serving.errors import ErrorBody
+from orthrus_rag.serving.responses import ChatCompletionChunk, CompletionResponse
+
+REF = "#/components/schemas/{model}"
+STREAMED = {"/v1/completions": CompletionResponse, "/v1/chat/completions": ChatCompletionChunk}  # chunk models
+
+
+def error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+UNAUTHORIZED = {401: error("missing or wrong API key (only when the server is started with one)")}
+UNAVAILABLE = {503: error("the server is shutting down, or its engine stopped")}
+API_ERRORS = {
+    400: error("invalid request: a body that breaks this schema (types, ranges, required fields), malformed JSON, "
+               "or what the schema cannot say: a blank input, an input longer than the context, token ids past "
+               "the vocabulary, an unknown model or pipeline"),
+    **UNAUTHORIZED,
+    413: error("the body is larger than the server's limit (server.max_body_bytes)"),
+    429: error("the engine's waiting queue is full; retry later"),
+    **UNAVAILABLE,
+}
+RAG_ERRORS = {**API_ERRORS, 501: error("RAG is not enabled on this server")}
+EVENT_STREAM = {200: {"description": "the response; with `stream: true`, server-sent events: one chunk per `data:` "
+                                     "line (an error object if generation fails mid-stream), then `data: [DONE]`"}}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """The schema FastAPI builds, with the event streams described and without the 422s (sent as 400)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = build()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for path, chunk in STREAMED.items():
+            content = schema["paths"][path]["post"]["responses"]["200"]["content"]
+            content["text/event-stream"] = {"schema": _event(chunk, components)}
+        return schema
+
+    app.openapi = openapi
+
+
+def _event(chunk: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    """One server-sent event: its `data` is `[DONE]` or the JSON of a chunk or of an error."""
+    _, definitions = models_json_schema([(chunk, "serialization"), (ErrorBody, "serialization")], ref_template=REF)
+    for name, definition in definitions.get("$defs", {}).items():
+        components.setdefault(name, definition)
+    json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json",
+                 "contentSchema": {"anyOf": [{"$ref": REF.format(model=chunk.__name__)},
+                                             {"$ref": REF.format(model=ErrorBody.__name__)}]}}
+    return {"type": "object", "required": ["data"],
+            "properties": {"data": {"oneOf": [{"const": "[DONE]"}, json_data]}}}
