@@ -37,5 +37,6 @@ def _top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     sorted_logits, order = torch.sort(logits, descending=True)
     cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
     drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= p  # keep the smallest set reaching p
+    drop[0] = False  # and always the best token (a p that rounds to 0 would otherwise drop them all)
     sorted_logits[drop] = float("-inf")
     return torch.empty_like(logits).scatter_(0, order, sorted_logits)

@@ -164,3 +164,13 @@ def test_aborting_many_waiting_requests_is_linear(make_engine):
     for i in reversed(range(20_000)):
         engine.abort(f"r{i}")
     assert time.perf_counter() - start < 2.0  # scanning a queue per removal takes minutes here
+
+
+@pytest.mark.parametrize("top_p", [5e-324, 1e-300, 1e-45])
+def test_vanishing_top_p_keeps_the_best_token(make_engine, top_p):
+    engine = make_engine()
+    engine.add_request("p", "The quick brown fox", SamplingParams(max_tokens=5, temperature=1.0, top_p=top_p,
+                                                                  seed=1, ignore_eos=True))
+    engine.add_request("g", "The quick brown fox", SamplingParams(max_tokens=5, ignore_eos=True))
+    results = run_all(engine)
+    assert results["p"].token_ids == results["g"].token_ids

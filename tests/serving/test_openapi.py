@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode, checks
 
 from orthrus_rag.engine import PoolingParams, SamplingParams
+from orthrus_rag.rag import Answer
 from orthrus_rag.serving import ServerSettings
-from orthrus_rag.serving.errors import ErrorBody
-from orthrus_rag.serving.routes.rag import RagInputError
+from orthrus_rag.serving.errors import ErrorBody, RagInputError
 
 EXAMPLES = 100  # per operation and generation mode (schema-valid, schema-breaking): the README quotes this figure
 MAX_TOKENS = 4  # the fuzzed bodies generate at most this many tokens: the run stays short on two cores
@@ -24,12 +24,12 @@ OPERATIONS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/
 def engine_rag(engine):
     """A RAG callable that runs the engine: an embedding of the question, then a short generation."""
 
-    async def answer(question: str, pipeline: str | None) -> dict:
+    async def answer(question: str, pipeline: str | None) -> Answer:
         if pipeline not in (None, "standard_rag"):
             raise RagInputError(f"unknown pipeline {pipeline!r}; this server runs ['standard_rag']", "pipeline")
         await engine.embed(question, PoolingParams())
         out = await engine.generate(question, SamplingParams(max_tokens=MAX_TOKENS))
-        return {"answer": out.text, "passages": [], "trace": []}
+        return Answer(question, out.text)
 
     return answer
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orthrus_rag.engine import SamplingParams
+from orthrus_rag.rag import Answer
 from orthrus_rag.serving import ServerSettings
 
 LONG = {"prompt": "Count with me:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
@@ -62,9 +63,9 @@ def slow_server(serve_app, make_engine):
     """A server whose engine takes 32 tokens a step (long inputs span many steps) and whose RAG generates long."""
     engine = make_engine(max_num_batched_tokens=32)
 
-    async def long_rag(question: str, pipeline: str | None) -> dict:
+    async def long_rag(question: str, pipeline: str | None) -> Answer:
         out = await engine.generate(question, SamplingParams(max_tokens=400, ignore_eos=True))
-        return {"answer": out.text}
+        return Answer(question, out.text)
 
     try:
         with serve_app(engine, ServerSettings(max_body_bytes=4 << 20), rag=long_rag, owns_engine=True) as running:
