@@ -41,8 +41,7 @@ class LLMEngine:
         self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device) \
             if config.embedder else None
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
-        self.policy = make_policy(config)
-        self.scheduler = Scheduler(config, self.blocks, self.policy)
+        self.scheduler = Scheduler(config, self.blocks, make_policy(config))
         self.requests: dict[str, Sequence] = {}
         self.generators: dict[str, torch.Generator | None] = {}
         self.eos_ids = _eos_ids(self.runner.model, self.tokenizer)

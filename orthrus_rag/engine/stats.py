@@ -39,5 +39,5 @@ class EngineStats:
             "running": len(engine.scheduler.running),
             "kv_blocks_total": blocks.num_blocks,
             "kv_blocks_used": blocks.num_blocks - blocks.num_free,
-            "policy": engine.policy.name,
+            "policy": engine.scheduler.policy.name,
         }
