@@ -50,3 +50,4 @@ class ModelOutput:
 
     logits: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (vocab,)
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (n_tokens, hidden)
+    tokens: dict[str, int] = field(default_factory=dict)  # request_id -> sampled token (set by the engine)

@@ -22,7 +22,7 @@ from orthrus_rag.engine.output import StepOutput, check_stop, take_delta
 from orthrus_rag.engine.policy import AdaptivePolicy, make_policy
 from orthrus_rag.engine.request import (EmbedOutput, GenerateOutput, PoolingParams, RequestTimings, SamplingParams,
                                         Usage)
-from orthrus_rag.engine.sampler import make_generator, sample
+from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.engine.stats import EngineStats
@@ -116,7 +116,19 @@ class LLMEngine:
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
         out = self.runner.execute(sched.chunks, self.blocks) if sched.chunks else ModelOutput()
+        self._sample(out)
         return out, time.perf_counter() - start
+
+    def _sample(self, out: ModelOutput) -> None:
+        """All sampling rows of the step at once; row by row if the batch fails, so one bad row is isolated."""
+        ids = list(out.logits)
+        params = [self.requests[rid].sampling for rid in ids]
+        generators = [self.generators[rid] for rid in ids]
+        try:
+            tokens = sample_batch(torch.stack(list(out.logits.values())), params, generators) if ids else []
+        except Exception:
+            tokens = [sample(out.logits[rid], p, g) for rid, p, g in zip(ids, params, generators)]
+        out.tokens = dict(zip(ids, tokens))
 
     def _run_embedder(self, sched: SchedulerOutput) -> tuple[dict, float]:
         start = time.perf_counter()
@@ -134,8 +146,7 @@ class LLMEngine:
         self.blocks.commit(seq)
         if not completes:
             return None
-        return self._append_token(seq, sample(out.logits[seq.request_id], seq.sampling,
-                                              self.generators[seq.request_id]))
+        return self._append_token(seq, out.tokens[seq.request_id])
 
     def _append_token(self, seq: Sequence, token: int) -> StepOutput:
         seq.output_ids.append(token)
