@@ -80,7 +80,7 @@ class AttentionMetadata:
             if causal:
                 allowed = allowed & (k_pos <= q_pos)
             if window is not None:
-                allowed = allowed & (q_pos - k_pos < window)
+                allowed = allowed & ((q_pos - k_pos).abs() < window)  # two-sided when bidirectional
             self._masks[key] = allowed[:, None]
         return self._masks[key]
 

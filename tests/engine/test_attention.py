@@ -1,5 +1,6 @@
 """The step's attention: one call per layer whatever the number of sequences, equal to per-sequence attention."""
 import random
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -59,12 +60,38 @@ def reference(q, k, v, chunk: Chunk, causal: bool, window: int | None, scale: fl
     k_pos = torch.arange(chunk.ctx + chunk.n)[None, :]
     allowed = (k_pos <= q_pos) if causal else torch.ones_like(k_pos <= q_pos)
     if window is not None:
-        allowed &= (q_pos - k_pos) < window
+        allowed &= (q_pos - k_pos).abs() < window
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
 
 
-@pytest.mark.parametrize("causal,window", [(True, None), (True, 5), (False, None)])
-def test_packed_attention_equals_per_sequence_attention(causal, window):
+def fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, causal=False, window_size=(-1, -1)):
+    """flash-attn's documented semantics written plainly: queries aligned to the end of their keys; key j is seen by
+    query position i when i - left <= j <= i + right (-1: unbounded), and j <= i when causal."""
+    left, right = window_size
+    outs = []
+    for s in range(len(cu_q) - 1):
+        qs, ks, vs = q[cu_q[s]:cu_q[s + 1]], k[cu_k[s]:cu_k[s + 1]], v[cu_k[s]:cu_k[s + 1]]
+        i = torch.arange(len(ks) - len(qs), len(ks))[:, None]
+        j = torch.arange(len(ks))[None, :]
+        allowed = torch.ones(len(qs), len(ks), dtype=torch.bool)
+        if causal:
+            allowed &= j <= i
+        if left >= 0:
+            allowed &= j >= i - left
+        if right >= 0:
+            allowed &= j <= i + right
+        o = F.scaled_dot_product_attention(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1),
+                                           attn_mask=allowed, scale=softmax_scale, enable_gqa=True)
+        outs.append(o.transpose(0, 1))
+    assert max_q == max(int(cu_q[s + 1] - cu_q[s]) for s in range(len(cu_q) - 1))
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("backend", ["sdpa_tiled", "flash_attn_varlen"])
+@pytest.mark.parametrize("causal,window", [(True, None), (True, 5), (False, None), (False, 3)])
+def test_packed_attention_equals_per_sequence_attention(causal, window, backend, monkeypatch):
+    if backend == "flash_attn_varlen":  # the call's plumbing, against flash-attn's documented semantics
+        monkeypatch.setitem(sys.modules, "flash_attn", SimpleNamespace(flash_attn_varlen_func=fake_flash_varlen))
     torch.manual_seed(0)
     shapes = [(9, 1, True), (0, 7, True), (3, 6, True), (20, 1, True), (0, 5, False), (0, 1, False), (14, 1, True)]
     chunks, next_block = [], 0
@@ -78,7 +105,7 @@ def test_packed_attention_equals_per_sequence_attention(causal, window):
         slots = torch.tensor([c.seq.block_table[p // BLOCK] * BLOCK + p % BLOCK for p in range(c.ctx)], dtype=torch.long)
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
     host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], BLOCK, scratch_block=40)
-    step = to_device(host, cache, BLOCK, "sdpa_tiled", torch.device("cpu"))
+    step = to_device(host, cache, BLOCK, backend, torch.device("cpu"))
     q = [torch.randn(HEADS, c.n, DIM) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
