@@ -135,6 +135,7 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
     try:
         for threads in workload.threads:
             torch.set_num_threads(threads)
+            runner.num_threads = threads  # the runner keeps its thread count at every step
             read_s = read_seconds(nbytes, workload.warmup, workload.repeats, runner.device)
             bandwidth[str(threads)] = round(nbytes / read_s / 1e9, 2)
             for name, shape in workload.shapes.items():

@@ -10,13 +10,14 @@ from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.kv_cache import PagedKVCache
 from orthrus_rag.engine.lora import AdapterRows, attach_embedding_adapter
 from orthrus_rag.engine.packing import pack_host, to_device
-from orthrus_rag.models import load_generator, resolve_device, resolve_dtype
+from orthrus_rag.models import load_generator, resolve_device, resolve_dtype, set_threads
 
 
 class ModelRunner:
     def __init__(self, config: EngineConfig):
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.num_threads = set_threads(config.num_threads)
         self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device))
         self.model.set_attn_implementation(attention.register())
         self.attention_backend = attention.choose_backend(self.device)
@@ -39,6 +40,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk], blocks: BlockManager | None = None) -> ModelOutput:
+        if torch.get_num_threads() != self.num_threads:  # the step may run on another thread than the constructor
+            set_threads(self.num_threads)
         host = pack_host(chunks, self.block_size, self.scratch_block)
         step = to_device(host, self.cache, self.block_size, self.attention_backend, self.device)
         if self.adapter is not None:
