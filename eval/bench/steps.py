@@ -26,6 +26,7 @@ from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sampler import sample_batch
 from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.models import load_generator
+from orthrus_rag.models.loading import native_bf16
 
 
 @dataclass
@@ -151,6 +152,7 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
     return {"workload": "steps", "steps": steps, "tokens": {n: s.num_tokens for n, s in workload.shapes.items()},
             "weight_bytes": nbytes, "read_gb_s": bandwidth, "attention_backend": runner.attention_backend,
             "config": {"generator": config.generator, "dtype": str(runner.dtype), "device": str(runner.device),
+                       "native_bf16": native_bf16(runner.device),
                        "context": workload.context, "warmup": workload.warmup, "repeats": workload.repeats}}
 
 

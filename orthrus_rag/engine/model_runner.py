@@ -16,7 +16,7 @@ from orthrus_rag.models import load_generator, resolve_device, resolve_dtype, se
 class ModelRunner:
     def __init__(self, config: EngineConfig):
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.dtype = resolve_dtype(config.dtype)
         self.num_threads = set_threads(config.num_threads)
         self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device))
         self.model.set_attn_implementation(attention.register())

@@ -16,19 +16,20 @@ DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.f
           "float16": torch.float16, "fp16": torch.float16}
 
 
-def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "auto") -> torch.dtype:
-    """'auto' is bfloat16 where it is native (GPUs; CPUs with AVX512-BF16 or AMX, where it is 2-3x faster than
-    float32), else float32 (on a CPU without bf16 instructions, bf16 matrix products are emulated, ~10x slower)."""
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'auto' is bfloat16 (2-3x faster than float32 on CPUs with AMX or AVX512-BF16, native on GPUs; on a CPU
+    without bf16 instructions, see `native_bf16`, float32 is the faster choice)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        return torch.bfloat16 if native_bf16(resolve_device(str(device))) else torch.float32
+        return torch.bfloat16
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {dtype!r}")
     return DTYPES[dtype]
 
 
 def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 matrix products are native on `device` (on an AVX2-only CPU they were ~10x slower than fp32)."""
     if device.type != "cpu":
         return True
     try:
@@ -64,7 +65,7 @@ def load_generator(name: str, dtype: str | torch.dtype = "auto", device: str = "
 
     path = resolve_model_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
     return model.to(resolve_device(device)).eval(), tokenizer
 
 
@@ -74,4 +75,4 @@ def load_embedder(name: str, dtype: str | torch.dtype = "auto", device: str = "a
 
     path = resolve_model_path(name)
     model = SentenceTransformer(str(path), device=str(resolve_device(device)))
-    return model.to(resolve_dtype(dtype, device)).eval()
+    return model.to(resolve_dtype(dtype)).eval()
