@@ -89,6 +89,9 @@ def run(cfg: DictConfig) -> dict:
 
     if cfg.workload.name == "rag":
         return run_rag(cfg)
+    if cfg.workload.name == "steps":
+        from eval.bench.steps import run_steps_cli
+        return run_steps_cli(cfg)
     workload = workload_from_config(cfg)
     bench = run_bench(engine_config(cfg), pooling_params(cfg), workload, list(cfg.modes))
     path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"

@@ -1,13 +1,21 @@
 """Attention over a packed batch with a paged KV cache, registered as a transformers attention implementation.
 
 transformers runs its own model code (projections, RoPE, MLP, norms) over one flat row of packed tokens; for each
-attention layer it calls `paged_attention` with the step's `AttentionMetadata` (passed as the keyword argument
-`orthrus_meta`). The function writes the new K/V into the cache, then attends: all single-token decode rows together
-in one padded call (keys gathered from the cache, padding masked), then every other chunk on its own (a chunk with
-earlier context reads its keys back from the cache, a chunk without context uses its own).
+attention layer it calls `paged_attention` with the step's `AttentionMetadata` (the keyword argument
+`orthrus_meta`). The function writes every row's K/V into the cache (chunks that keep no KV use scratch slots), then
+attends with ONE call for all rows of the step, whatever the number of sequences:
+
+- `sdpa_tiled` (CPU, and CUDA without flash-attn): every sequence's chunk is cut into query tiles of `tile` rows;
+  each tile is one batch element whose keys are gathered from the cache with one `index_select` and padded to the
+  longest sequence of the step; one masked `scaled_dot_product_attention` call covers all tiles. A decode is a tile
+  of one query. On CPU the cache and the attention math are float32 (torch's bfloat16 CPU kernel is several times
+  slower for small queries); weights and activations elsewhere keep the model's dtype.
+- `flash_attn_varlen` (CUDA with `flash_attn` importable): the packed queries and the gathered keys go to
+  `flash_attn_varlen_func` with cumulative sequence lengths.
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 import torch
@@ -18,69 +26,63 @@ from transformers.masking_utils import AttentionMaskInterface
 from orthrus_rag.engine.kv_cache import PagedKVCache
 
 ATTN_IMPLEMENTATION = "orthrus_paged"
+SDPA_TILED, FLASH_VARLEN = "sdpa_tiled", "flash_attn_varlen"
+
+
+def choose_backend(device: torch.device) -> str:
+    """flash-attn's varlen kernel on CUDA when it is installed, else one tiled SDPA call."""
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return FLASH_VARLEN
+    return SDPA_TILED
 
 
 @dataclass
-class Segment:
-    """One sequence's rows [start, end) in the packed batch."""
+class TileLayout:
+    """Query tiles of one step: tile b holds packed rows [row0_b, row0_b + n_b) of one sequence."""
 
-    start: int
-    end: int
-    context_len: int  # tokens of this sequence before the chunk, already in the cache
-    kv_slots: torch.Tensor | None  # cache slots of positions 0 .. context_len + n - 1; None: chunk keeps no KV
-    _masks: dict = field(default_factory=dict)
-
-    @property
-    def num_queries(self) -> int:
-        return self.end - self.start
-
-    def mask(self, causal: bool, window: int | None, device: torch.device) -> torch.Tensor | None:
-        """Boolean mask (queries, keys), True = attend; None when every key may be attended."""
-        key = (causal, window)
-        if key not in self._masks:
-            self._masks[key] = self._build_mask(causal, window, device)
-        return self._masks[key]
-
-    def _build_mask(self, causal: bool, window: int | None, device: torch.device) -> torch.Tensor | None:
-        n, ctx = self.num_queries, self.context_len
-        if window is None and (not causal or n == 1 or ctx == 0):
-            return None  # full attention, or plain causal (SDPA's is_causal)
-        q_pos = torch.arange(ctx, ctx + n, device=device)[:, None]
-        k_pos = torch.arange(ctx + n, device=device)[None, :]
-        allowed = k_pos <= q_pos if causal else torch.ones(n, ctx + n, dtype=torch.bool, device=device)
-        if window is not None:
-            allowed &= (q_pos - k_pos) < window
-        return allowed
+    tile: int  # queries per tile (padded)
+    width: int  # keys per tile (padded): the longest sequence of the step, this chunk included
+    query_rows: torch.Tensor  # (B * tile,) packed row of each tile query; padding repeats a valid row
+    query_pos: torch.Tensor  # (B, tile) position of each tile query in its sequence; padding 0
+    key_slots: torch.Tensor  # (B * width,) cache slot of each tile key; padding slot 0
+    key_len: torch.Tensor  # (B,) keys of the tile's sequence up to the end of its chunk
+    out_index: torch.Tensor  # (T,) where each packed row sits in the flattened (B * tile) output
 
 
 @dataclass
-class DecodeGroup:
-    """Single-token rows with cached context, attended in one call over keys padded to the longest context."""
+class VarlenLayout:
+    """Per-sequence packed layout for varlen kernels."""
 
-    rows: torch.Tensor  # (D,) rows of the packed batch
-    slots: torch.Tensor  # (D * L,) cache slots, padded with slot 0
-    lengths: torch.Tensor  # (D,) keys per row, the row's own token included
-    _masks: dict = field(default_factory=dict)
-
-    def mask(self, window: int | None) -> torch.Tensor:
-        """(D, 1, 1, L) boolean, True = attend."""
-        if window not in self._masks:
-            width = self.slots.numel() // self.rows.numel()
-            k_pos = torch.arange(width, device=self.slots.device)[None, :]
-            allowed = k_pos < self.lengths[:, None]
-            if window is not None:
-                allowed &= (self.lengths[:, None] - 1 - k_pos) < window
-            self._masks[window] = allowed[:, None, None, :]
-        return self._masks[window]
+    key_slots: torch.Tensor  # (sum of key lengths,) slots of every sequence's keys, sequence after sequence
+    cu_seqlens_q: torch.Tensor  # (S + 1,) int32
+    cu_seqlens_k: torch.Tensor  # (S + 1,) int32
+    max_seqlen_q: int
+    max_seqlen_k: int
 
 
 @dataclass
 class AttentionMetadata:
-    cache: PagedKVCache | None
-    segments: list[Segment]  # every chunk not in the decode group
-    write_rows: torch.Tensor  # rows of the packed batch whose K/V are stored
-    write_slots: torch.Tensor  # and where
-    decodes: DecodeGroup | None = None
+    cache: PagedKVCache
+    write_slots: torch.Tensor  # (T,) cache slot of every packed row's K/V
+    backend: str = SDPA_TILED
+    tiles: TileLayout | None = None
+    varlen: VarlenLayout | None = None
+    _masks: dict = field(default_factory=dict)
+
+    def mask(self, causal: bool, window: int | None) -> torch.Tensor:
+        """(B, 1, tile, width) boolean, True = attend; built once per step and reused by every layer."""
+        key = (causal, window)
+        if key not in self._masks:
+            t = self.tiles
+            k_pos = torch.arange(t.width, device=t.key_len.device)[None, None, :]
+            q_pos = t.query_pos[:, :, None]
+            allowed = k_pos < t.key_len[:, None, None]
+            if causal:
+                allowed = allowed & (k_pos <= q_pos)
+            if window is not None:
+                allowed = allowed & ((q_pos - k_pos).abs() < window)  # two-sided when bidirectional
+            self._masks[key] = allowed[:, None]
+        return self._masks[key]
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
@@ -89,37 +91,39 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if orthrus_meta is None:
         raise RuntimeError("paged_attention needs orthrus_meta; run the model through ModelRunner")
     meta, layer = orthrus_meta, module.layer_idx
-    q, k, v = query[0], key[0].transpose(0, 1), value[0].transpose(0, 1)  # k, v: (T, kv_heads, d)
-    if meta.cache is not None and meta.write_rows.numel():
-        meta.cache.write(layer, meta.write_slots, k.index_select(0, meta.write_rows),
-                         v.index_select(0, meta.write_rows))
+    meta.cache.write(layer, meta.write_slots, key[0].transpose(0, 1), value[0].transpose(0, 1))
     causal = getattr(module, "is_causal", True)
-    out = query.new_empty(q.shape[1], q.shape[0], q.shape[2])
-    if meta.decodes is not None:
-        _attend_decodes(meta, layer, q, out, scaling, sliding_window)
-    for seg in meta.segments:
-        if seg.kv_slots is None:
-            ks, vs = k[seg.start:seg.end].transpose(0, 1), v[seg.start:seg.end].transpose(0, 1)
-        else:
-            ks, vs = meta.cache.gather(layer, seg.kv_slots)
-        mask = seg.mask(causal, sliding_window, q.device)
-        is_causal = causal and mask is None and seg.num_queries > 1
-        o = F.scaled_dot_product_attention(q[:, seg.start:seg.end], ks, vs, attn_mask=mask, is_causal=is_causal,
-                                           scale=scaling, enable_gqa=ks.shape[0] != q.shape[0])
-        out[seg.start:seg.end] = o.transpose(0, 1)
+    q = query[0].transpose(0, 1)  # (T, heads, d)
+    if meta.backend == FLASH_VARLEN:
+        out = _attend_varlen(meta, layer, q, scaling, causal, sliding_window)
+    else:
+        out = _attend_tiles(meta, layer, q, scaling, causal, sliding_window)
     return out[None], None
 
 
-def _attend_decodes(meta: AttentionMetadata, layer: int, q: torch.Tensor, out: torch.Tensor, scaling,
-                    window: int | None) -> None:
-    group = meta.decodes
-    d, kv_heads = group.rows.numel(), meta.cache.k[layer].shape[1]
-    k = meta.cache.k[layer].index_select(0, group.slots).view(d, -1, kv_heads, q.shape[2]).transpose(1, 2)
-    v = meta.cache.v[layer].index_select(0, group.slots).view(d, -1, kv_heads, q.shape[2]).transpose(1, 2)
-    qd = q.index_select(1, group.rows).transpose(0, 1)[:, :, None, :]  # (D, heads, 1, d)
-    o = F.scaled_dot_product_attention(qd, k, v, attn_mask=group.mask(window), scale=scaling,
-                                       enable_gqa=kv_heads != q.shape[0])
-    out.index_copy_(0, group.rows, o[:, :, 0, :])
+def _attend_tiles(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
+                  window: int | None) -> torch.Tensor:
+    t, cache = meta.tiles, meta.cache
+    heads, dim = q.shape[1], q.shape[2]
+    n_tiles = t.key_len.numel()
+    k, v = cache.gather(layer, t.key_slots)  # (B * width, kv_heads, d) each
+    k = k.view(n_tiles, t.width, -1, dim).transpose(1, 2)
+    v = v.view(n_tiles, t.width, -1, dim).transpose(1, 2)
+    qt = q.index_select(0, t.query_rows).to(cache.dtype).view(n_tiles, t.tile, heads, dim).transpose(1, 2)
+    o = F.scaled_dot_product_attention(qt, k, v, attn_mask=meta.mask(causal, window), scale=scaling,
+                                       enable_gqa=k.shape[1] != heads)
+    return o.transpose(1, 2).reshape(n_tiles * t.tile, heads, dim).index_select(0, t.out_index).to(q.dtype)
+
+
+def _attend_varlen(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
+                   window: int | None) -> torch.Tensor:
+    from flash_attn import flash_attn_varlen_func
+
+    lay = meta.varlen
+    k, v = meta.cache.gather(layer, lay.key_slots)
+    left = window - 1 if window is not None else -1
+    return flash_attn_varlen_func(q, k, v, lay.cu_seqlens_q, lay.cu_seqlens_k, lay.max_seqlen_q, lay.max_seqlen_k,
+                                  softmax_scale=scaling, causal=causal, window_size=(left, left if not causal else 0))
 
 
 def _no_mask(*args, **kwargs):

@@ -51,3 +51,4 @@ class ModelOutput:
 
     logits: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (vocab,)
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (n_tokens, hidden)
+    tokens: dict[str, int | Exception] = field(default_factory=dict)  # request_id -> sampled token, or why not

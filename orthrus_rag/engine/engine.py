@@ -22,7 +22,7 @@ from orthrus_rag.engine.output import StepOutput, check_stop, take_delta
 from orthrus_rag.engine.policy import make_policy
 from orthrus_rag.engine.request import (EmbedOutput, FinishReason, GenerateOutput, PoolingParams, RequestTimings,
                                         SamplingParams, Usage)
-from orthrus_rag.engine.sampler import make_generator, sample
+from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Sequence
 from orthrus_rag.engine.stats import EngineStats
@@ -121,7 +121,19 @@ class LLMEngine:
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
         out = self.runner.execute(sched.chunks, self.blocks) if sched.chunks else ModelOutput()
+        self._sample(out)
         return out, time.perf_counter() - start
+
+    def _sample(self, out: ModelOutput) -> None:
+        """All sampling rows of the step at once; row by row if the batch fails, so one bad row is isolated."""
+        ids = list(out.logits)
+        params = [self.requests[rid].sampling for rid in ids]
+        generators = [self.generators[rid] for rid in ids]
+        try:
+            tokens = sample_batch(torch.stack(list(out.logits.values())), params, generators) if ids else []
+        except Exception:
+            tokens = [_try(sample, out.logits[rid], p, g) for rid, p, g in zip(ids, params, generators)]
+        out.tokens = dict(zip(ids, tokens))
 
     def _run_embedder(self, sched: SchedulerOutput) -> tuple[dict, float]:
         start = time.perf_counter()
@@ -136,8 +148,10 @@ class LLMEngine:
                 if chunk.completes else None
         if not chunk.completes:
             return None
-        return self._append_token(seq, sample(out.logits[seq.request_id], seq.sampling,
-                                              self.generators[seq.request_id]))
+        token = out.tokens[seq.request_id]
+        if isinstance(token, Exception):
+            raise token
+        return self._append_token(seq, token)
 
     def _append_token(self, seq: Sequence, token: int) -> StepOutput:
         seq.output_ids.append(token)
@@ -205,6 +219,14 @@ class LLMEngine:
         if model == "backbone" or self.embedder is None:
             return self.runner.hidden_size
         return self.embedder.dim
+
+
+def _try(fn: Callable, *args) -> object:
+    """fn(*args), or the exception it raised."""
+    try:
+        return fn(*args)
+    except Exception as err:
+        return err
 
 
 def _check_unicode(text: str) -> None:

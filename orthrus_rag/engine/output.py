@@ -20,17 +20,20 @@ class StepOutput:
 
 
 def check_stop(seq: Sequence, tokenizer, eos_ids: set[int]) -> None:
-    """After a new token: update `seq.text` and set `seq.finish_reason` when a stop condition holds."""
+    """After a new token: extend `seq.text` by the new token's text and set `seq.finish_reason` when a stop
+    condition holds. Work per call is proportional to the new tokens, not to the whole output."""
     params, token = seq.sampling, seq.output_ids[-1]
     if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
         seq.finish_reason = "stop"
-        seq.text = _decode(tokenizer, seq.output_ids[:-1])
+        seq.text += _detokenize(tokenizer, seq, len(seq.output_ids) - 1, flush=True)
         return
-    seq.text = _decode(tokenizer, seq.output_ids)
-    hit = _find_stop(seq.text, params.stop, seq.num_text_sent)
+    done = len(seq.output_ids) >= params.max_tokens
+    before = len(seq.text)
+    seq.text += _detokenize(tokenizer, seq, len(seq.output_ids), flush=done)
+    hit = _find_stop(seq.text, params.stop, before)
     if hit is not None:
         seq.text, seq.finish_reason = seq.text[:hit], "stop"
-    elif len(seq.output_ids) >= params.max_tokens:
+    elif done:
         seq.finish_reason = "length"
 
 
@@ -48,11 +51,24 @@ def take_delta(seq: Sequence) -> str:
     return delta
 
 
+def _detokenize(tokenizer, seq: Sequence, end: int, flush: bool) -> str:
+    """Text of output tokens [detok_read, end), decoded with the previous token as context (so word-initial
+    spaces come out as in a full decode). An incomplete multi-byte character waits for its next token, unless
+    `flush` (the sequence ends here)."""
+    ids = seq.output_ids
+    prefix = _decode(tokenizer, ids[seq.detok_prefix:seq.detok_read])
+    text = _decode(tokenizer, ids[seq.detok_prefix:end])
+    if len(text) <= len(prefix) or (text.endswith("\ufffd") and not flush):
+        return ""
+    seq.detok_prefix, seq.detok_read = seq.detok_read, end
+    return text[len(prefix):]
+
+
 def _decode(tokenizer, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _find_stop(text: str, stops: list[str], sent: int) -> int | None:
-    """Earliest stop string occurrence that is not inside already-streamed text."""
-    hits = [i for s in stops if (i := text.find(s, max(0, sent - len(s) + 1))) >= 0]
+def _find_stop(text: str, stops: list[str], new_from: int) -> int | None:
+    """Earliest stop string occurrence that ends in the text added since `new_from` (the tail only)."""
+    hits = [i for s in stops if (i := text.find(s, max(0, new_from - len(s) + 1))) >= 0]
     return min(hits) if hits else None

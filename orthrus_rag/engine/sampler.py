@@ -1,4 +1,10 @@
-"""Next-token sampling: greedy, temperature, top-k, top-p, with a per-request seeded generator."""
+"""Next-token sampling for all rows of a step at once: greedy, temperature, top-k, top-p, per-request seeds.
+
+Rows that sample draw one uniform number each from their own generator (seeded requests) or from torch's global
+one, on the host; the token is then found on the device by inverse transform over the row's filtered
+distribution. A seeded request therefore gets the same tokens whatever else shares its steps. One host-to-device
+transfer carries the rows' settings and draws, one device-to-host transfer brings back every token.
+"""
 from __future__ import annotations
 
 import torch
@@ -15,28 +21,64 @@ def make_generator(params: SamplingParams) -> torch.Generator | None:
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token id from one row of logits (vocab,)."""
-    if params.greedy:
-        return int(torch.argmax(logits))
-    logits = logits.float() / params.temperature
-    if params.top_k:
-        logits = _top_k(logits, params.top_k)
-    if params.top_p < 1:
-        logits = _top_p(logits, params.top_p)
-    probs = torch.softmax(logits, dim=-1).cpu()
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """One token id from one row of logits (vocab,); the same token `sample_batch` gives that row."""
+    return sample_batch(logits[None], [params], [generator])[0]
 
 
-def _top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
-    k = min(k, logits.shape[-1])
-    threshold = torch.topk(logits, k).values[-1]
-    return logits.masked_fill(logits < threshold, float("-inf"))
+def sample_batch(logits: torch.Tensor, params: list[SamplingParams],
+                 generators: list[torch.Generator | None]) -> list[int]:
+    """One token id per row of logits (rows, vocab)."""
+    tokens = logits.argmax(dim=-1)
+    rows = [i for i, p in enumerate(params) if not p.greedy]
+    if rows:
+        vocab = logits.shape[-1]
+        settings = torch.tensor([rows, [params[i].temperature for i in rows], [min(params[i].top_k, vocab) for i in rows],
+                                 [params[i].top_p if params[i].top_p < 1 else 2.0 for i in rows],
+                                 [_uniform(generators[i]) for i in rows]], dtype=torch.float64)
+        index, temperature, top_k, top_p, uniform = settings.to(logits.device).unbind(0)
+        index = index.long()
+        filtered = any(params[i].top_k or params[i].top_p < 1 for i in rows)
+        picked = _draw(logits.index_select(0, index).float() / temperature[:, None].float(), top_k.long(),
+                       top_p.float(), uniform.float(), filtered)
+        tokens = tokens.index_copy(0, index, picked)
+    return tokens.tolist()
+
+
+def _uniform(generator: torch.Generator | None) -> float:
+    return float(torch.rand((), generator=generator, dtype=torch.float64))
+
+
+def _draw(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor,
+          filtered: bool) -> torch.Tensor:
+    """Inverse-transform draw per row; top-k (0 = off) and top-p (> 1 = off) applied in sorted order."""
+    order = None
+    if filtered:
+        logits, order = torch.sort(logits, dim=-1, descending=True)
+        logits = _top_k_sorted(logits, top_k)
+        logits = _top_p_sorted(logits, top_p)
+    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
+    target = (uniform * cdf[:, -1])[:, None]
+    pos = torch.searchsorted(cdf, target, right=True).clamp_(max=logits.shape[-1] - 1)
+    return (order.gather(1, pos) if order is not None else pos)[:, 0]
+
+
+def _top_k_sorted(sorted_logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    vocab = sorted_logits.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), vocab)
+    threshold = sorted_logits.gather(1, (k - 1)[:, None])
+    return sorted_logits.masked_fill(sorted_logits < threshold, float("-inf"))
+
+
+def _top_p_sorted(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Keep the smallest prefix whose probability reaches p."""
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs >= top_p[:, None]
+    drop[:, 0] = False  # always keep the best token (a p that rounds to 0 would otherwise drop them all)
+    return sorted_logits.masked_fill(drop, float("-inf"))
 
 
 def _top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Top-p on one row of logits in vocabulary order (for inspection and tests)."""
     sorted_logits, order = torch.sort(logits, descending=True)
-    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-    drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= p  # keep the smallest set reaching p
-    drop[0] = False  # and always the best token (a p that rounds to 0 would otherwise drop them all)
-    sorted_logits[drop] = float("-inf")
-    return torch.empty_like(logits).scatter_(0, order, sorted_logits)
+    kept = _top_p_sorted(sorted_logits[None], torch.tensor([p]))[0]
+    return torch.empty_like(logits).scatter_(0, order, kept)

@@ -35,6 +35,8 @@ class Sequence:
     pool_state: PoolState | None = None
     text: str = ""  # detokenised output so far
     num_text_sent: int = 0  # characters of `text` already streamed
+    detok_prefix: int = 0  # incremental detokenisation: output tokens [detok_prefix, detok_read) give context,
+    detok_read: int = 0  # and tokens from detok_read on are not yet in `text`
 
     @property
     def token_ids(self) -> list[int]:

@@ -40,4 +40,5 @@ class EngineStats:
             "kv_blocks_total": blocks.num_blocks,
             "kv_blocks_used": blocks.num_blocks - blocks.num_free,
             "policy": engine.scheduler.policy.name,
+            "attention_backend": engine.runner.attention_backend,
         }

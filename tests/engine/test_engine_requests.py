@@ -146,7 +146,15 @@ def test_one_rows_failure_fails_that_request_only(make_engine, monkeypatch, wher
             raise FloatingPointError("planted failure")
         return real(*args)
 
+    def planted_batch(logits, params, generators):  # the whole step's sampling fails: rows are retried one by one
+        if any(p.seed == 7 for p in params):
+            raise FloatingPointError("planted failure")
+        return real_batch(logits, params, generators)
+
+    real_batch = engine_module.sample_batch
     monkeypatch.setattr(engine_module, where, planted)
+    if where == "sample":
+        monkeypatch.setattr(engine_module, "sample_batch", planted_batch)
     engine.add_request("good", "Hello there", SamplingParams(max_tokens=4, ignore_eos=True))
     engine.add_request("bad", "Hello there", SamplingParams(max_tokens=4, ignore_eos=True, seed=7))
     results = run_all(engine)

@@ -1,0 +1,192 @@
+"""Step micro-benchmark (`orthrus-rag-bench workload=steps`): fixed step shapes timed three ways.
+
+- `engine_ms`: one engine step of that shape through the model runner (packing, forward with the paged attention,
+  batched sampling of the rows that sample), the KV context already in the cache;
+- `hf_ms`: one plain transformers forward (its default attention, no KV cache) over the same number of tokens in
+  one row;
+- `floor_ms`: the weight-read floor, the generator's weight bytes over the read bandwidth measured here.
+
+Each figure is the median of `repeats` timed steps after `warmup` untimed ones, at each thread count.
+bench.json: `{"workload": "steps", "steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "floor_ms"}}}, ...}`.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.engine.batch import ScheduledChunk
+from orthrus_rag.engine.model_runner import ModelRunner
+from orthrus_rag.engine.request import RequestTimings
+from orthrus_rag.engine.sampler import sample_batch
+from orthrus_rag.engine.sequence import Sequence, Status
+from orthrus_rag.models import load_generator
+from orthrus_rag.models.loading import native_bf16
+
+
+@dataclass
+class StepShape:
+    decodes: int = 0  # single-token decode rows, each with `context` tokens already cached
+    prefill: int = 0  # tokens of one prompt chunk (no earlier context)
+    embeds: int = 0  # backbone embedding chunks (one chunk each, no KV kept)
+    embed_tokens: int = 0  # tokens per embedding chunk
+
+    @property
+    def num_tokens(self) -> int:
+        return self.decodes + self.prefill + self.embeds * self.embed_tokens
+
+
+@dataclass
+class StepsWorkload:
+    name: str = "steps"
+    context: int = 300
+    shapes: dict[str, StepShape] = field(default_factory=dict)
+    threads: list[int] = field(default_factory=lambda: [1, 2])
+    warmup: int = 2
+    repeats: int = 7
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, spec: dict) -> StepsWorkload:
+        shapes = {name: StepShape(**shape) for name, shape in spec.pop("shapes").items()}
+        return cls(shapes=shapes, **spec)
+
+
+def build_chunks(shape: StepShape, context: int, block_size: int, vocab: int, seed: int) -> list[ScheduledChunk]:
+    """The scheduled chunks of one step of `shape`, with block tables laid out one after another."""
+    rng, chunks, next_block = random.Random(seed), [], 0
+
+    def seq(i: int, kind: str, n_prompt: int, computed: int, keeps_kv: bool, **params) -> Sequence:
+        nonlocal next_block
+        s = Sequence(f"{kind}{i}", kind, [rng.randrange(vocab) for _ in range(n_prompt)], RequestTimings(0.0), i,
+                     status=Status.RUNNING, **params)
+        s.num_computed = computed
+        blocks = -(-(n_prompt + 1) // block_size) if keeps_kv else 0
+        s.block_table, next_block = list(range(next_block, next_block + blocks)), next_block + blocks
+        return s
+
+    for i in range(shape.decodes):
+        s = seq(i, "generate", context, context, True, sampling=SamplingParams())
+        s.output_ids.append(rng.randrange(vocab))
+        chunks.append(ScheduledChunk(s, 1))
+    if shape.prefill:
+        chunks.append(ScheduledChunk(seq(shape.decodes, "generate", shape.prefill, 0, True,
+                                         sampling=SamplingParams()), shape.prefill))
+    for i in range(shape.embeds):
+        s = seq(i, "embed", shape.embed_tokens, 0, False, pooling=PoolingParams(model="backbone"))
+        chunks.append(ScheduledChunk(s, shape.embed_tokens))
+    return chunks
+
+
+def median_ms(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(1, repeats)):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def engine_step(runner: ModelRunner, chunks: list[ScheduledChunk]) -> Callable[[], list[int]]:
+    """One step as the engine runs it: forward, then every sampling row sampled at once."""
+    params = [c.seq.sampling for c in chunks if c.seq.kind == "generate"]
+
+    def step() -> list[int]:
+        logits = runner.execute(chunks).logits
+        return sample_batch(torch.stack(list(logits.values())), params, [None] * len(params)) if logits else []
+
+    return step
+
+
+def hf_forward(model, num_tokens: int, vocab: int, device: torch.device) -> Callable[[], object]:
+    ids = torch.randint(vocab, (1, num_tokens), generator=torch.Generator().manual_seed(0)).to(device)
+
+    @torch.inference_mode()
+    def forward():
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    return forward
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def read_seconds(num_bytes: int, warmup: int, repeats: int, device: torch.device) -> float:
+    """Time to read `num_bytes` once (a sum over a buffer that size)."""
+    buffer = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
+    return median_ms(buffer.sum, warmup, max(repeats, 5), device) / 1e3
+
+
+def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
+    config = replace(config, embedder=None)
+    runner = ModelRunner(config)
+    hf_model, _ = load_generator(config.generator, runner.dtype, str(runner.device))
+    vocab, nbytes = runner.model.config.get_text_config().vocab_size, weight_bytes(runner.model)
+    steps, bandwidth, before = {name: {} for name in workload.shapes}, {}, torch.get_num_threads()
+    try:
+        for threads in workload.threads:
+            torch.set_num_threads(threads)
+            runner.num_threads = threads  # the runner keeps its thread count at every step
+            read_s = read_seconds(nbytes, workload.warmup, workload.repeats, runner.device)
+            bandwidth[str(threads)] = round(nbytes / read_s / 1e9, 2)
+            for name, shape in workload.shapes.items():
+                chunks = build_chunks(shape, workload.context, config.block_size, vocab, workload.seed)
+                steps[name][str(threads)] = {
+                    "engine_ms": round(median_ms(engine_step(runner, chunks), workload.warmup, workload.repeats,
+                                                 runner.device), 3),
+                    "hf_ms": round(median_ms(hf_forward(hf_model, shape.num_tokens, vocab, runner.device),
+                                             workload.warmup, workload.repeats, runner.device), 3),
+                    "floor_ms": round(read_s * 1e3, 3)}
+    finally:
+        torch.set_num_threads(before)
+    return {"workload": "steps", "steps": steps, "tokens": {n: s.num_tokens for n, s in workload.shapes.items()},
+            "weight_bytes": nbytes, "read_gb_s": bandwidth, "attention_backend": runner.attention_backend,
+            "config": {"generator": config.generator, "dtype": str(runner.dtype), "device": str(runner.device),
+                       "native_bf16": native_bf16(runner.device),
+                       "context": workload.context, "warmup": workload.warmup, "repeats": workload.repeats}}
+
+
+def format_steps_table(bench: dict) -> str:
+    rows = ["| shape | threads | tokens | engine ms | hf ms | floor ms | engine/hf | engine tok/s |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name, by_threads in bench["steps"].items():
+        tokens = bench["tokens"][name]
+        for threads, r in by_threads.items():
+            rows.append(f"| {name} | {threads} | {tokens} | {r['engine_ms']:.1f} | {r['hf_ms']:.1f} | "
+                        f"{r['floor_ms']:.1f} | {r['engine_ms'] / r['hf_ms']:.2f} | "
+                        f"{tokens / r['engine_ms'] * 1e3:,.0f} |")
+    return "\n".join(rows)
+
+
+def run_steps_cli(cfg) -> dict:
+    """The Hydra entry: bench.json into the run dir and the table on stdout."""
+    import json
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from orthrus_rag.cli.common import engine_config
+
+    workload = StepsWorkload.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
+    bench = run_steps(engine_config(cfg), workload)
+    path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
+    path.write_text(json.dumps(bench, indent=2) + "\n")
+    print(format_steps_table(bench))
+    print(f"bench: {path}", flush=True)
+    return bench
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,42 @@
+"""The step micro-benchmark on the tiny model: bench.json layout and the Hydra config."""
+import json
+
+from eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, run_steps
+from orthrus_rag.engine import EngineConfig
+
+SHAPES = {"decode8", "decode64", "decode8_prefill256", "decode8_embed8x32"}
+
+
+def workload_from_conf(overrides=()) -> StepsWorkload:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from orthrus_rag.cli.common import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("bench", overrides=["workload=steps", *overrides])
+    return StepsWorkload.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
+
+
+def test_steps_layout_on_tiny_model(tiny_llama_dir):
+    workload = workload_from_conf(["workload.warmup=0", "workload.repeats=1"])
+    assert set(workload.shapes) == SHAPES and workload.threads == [1, 2]
+    config = EngineConfig(generator=str(tiny_llama_dir), embedder="ignored", dtype="float32")
+    bench = json.loads(json.dumps(run_steps(config, workload)))  # what bench.json holds
+    assert bench["workload"] == "steps" and set(bench["steps"]) == SHAPES
+    for shape, by_threads in bench["steps"].items():
+        assert set(by_threads) == {"1", "2"}, shape
+        for r in by_threads.values():
+            assert set(r) == {"engine_ms", "hf_ms", "floor_ms"} and all(v > 0 for v in r.values())
+    assert bench["tokens"] == {"decode8": 8, "decode64": 64, "decode8_prefill256": 264, "decode8_embed8x32": 264}
+    assert "decode8_embed8x32" in format_steps_table(bench)
+
+
+def test_shapes_build_the_rows_they_name():
+    chunks = build_chunks(StepShape(decodes=3, prefill=10, embeds=2, embed_tokens=5), context=20, block_size=4,
+                          vocab=100, seed=0)
+    kinds = [(c.seq.kind, c.num_tokens, c.seq.num_computed, bool(c.seq.block_table)) for c in chunks]
+    assert kinds == [("generate", 1, 20, True)] * 3 + [("generate", 10, 0, True)] + [("embed", 5, 0, False)] * 2
+    tables = [b for c in chunks for b in c.seq.block_table]
+    assert len(tables) == len(set(tables))  # no two sequences share a block
+    assert all(c.completes for c in chunks)
