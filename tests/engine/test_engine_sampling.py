@@ -16,14 +16,19 @@ def generate(engine, prompt, params, rid="a"):
     return deltas, result
 
 
-def test_seeded_sampling_is_reproducible(make_engine):
+def test_seeded_sampling_is_reproducible_whatever_shares_the_step(make_engine):
     engine = make_engine()
     params = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, top_k=50, seed=7, ignore_eos=True)
-    _, a = generate(engine, "Sample me", params, "a")
-    _, b = generate(engine, "Sample me", params, "b")
-    _, c = generate(engine, "Sample me", SamplingParams(max_tokens=12, temperature=1.0, seed=8, ignore_eos=True), "c")
-    assert a.token_ids == b.token_ids
-    assert a.token_ids != c.token_ids
+    _, alone = generate(engine, "Sample me", params, "alone")
+    for i in range(5):  # neighbours in the same steps: other prompts, seeds and settings
+        engine.add_request(f"n{i}", f"neighbour {i} says", SamplingParams(max_tokens=12, temperature=0.7 + i / 10,
+                                                                          seed=100 + i, ignore_eos=True))
+    engine.add_request("batched", "Sample me", params)
+    engine.add_request("other_seed", "Sample me", SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, top_k=50,
+                                                                 seed=8, ignore_eos=True))
+    results = run_all(engine)
+    assert results["batched"].token_ids == alone.token_ids
+    assert results["other_seed"].token_ids != alone.token_ids  # only the seed differs
 
 
 def test_top_k_one_is_greedy(make_engine):
@@ -38,7 +43,10 @@ def test_top_p_keeps_smallest_set_reaching_p():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
     kept = torch.isfinite(_top_p(logits.clone(), 0.75))
     assert kept.tolist() == [True, True, False, False]
-    assert sample(logits, SamplingParams(temperature=0.0), None) == 0
+    generator = torch.Generator().manual_seed(0)
+    draws = [sample(logits, SamplingParams(temperature=1.0, top_p=0.75), generator) for _ in range(2000)]
+    assert set(draws) == {0, 1}
+    assert abs(draws.count(0) / len(draws) - 0.5 / 0.8) < 0.05  # renormalised over the kept tokens
 
 
 def test_stop_string_truncates_and_is_never_streamed(make_engine):
@@ -63,8 +71,11 @@ def test_stop_token_ids_and_max_tokens(make_engine):
     assert out.finish_reason == "stop" and out.token_ids == free.token_ids[:first + 1]
 
 
-def test_stream_deltas_join_to_text(make_engine):
+def test_stream_deltas_join_to_text(make_engine, hf_tiny, tokenizer):
+    from tests.engine.conftest import hf_greedy
+
     engine = make_engine()
-    deltas, out = generate(engine, "Stream this", SamplingParams(max_tokens=10, ignore_eos=True))
-    assert "".join(deltas) == out.text
-    assert run_all(engine) == {}
+    deltas, out = generate(engine, "Stream this", SamplingParams(max_tokens=10))
+    want = hf_greedy(hf_tiny, tokenizer.encode("Stream this"), 10)
+    assert out.token_ids == want
+    assert "".join(deltas) == out.text == tokenizer.decode(want, skip_special_tokens=True)
