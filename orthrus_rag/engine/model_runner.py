@@ -17,7 +17,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig):
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype)
-        self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device))
+        self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device), config.load_format)
         self.model.set_attn_implementation(attention.register())
         self.adapter: AdapterRows | None = None
         if config.embedding_adapter:
