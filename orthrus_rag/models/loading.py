@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from orthrus_rag.models.dummy import dummy_embedder_folder, dummy_generator, is_dummy
 from orthrus_rag.models.registry import resolve_model_path
+from orthrus_rag.models.dummy import dummy_embedder_folder, dummy_generator, is_dummy  # noqa: I001 (after registry)
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
           "float16": torch.float16, "fp16": torch.float16}
