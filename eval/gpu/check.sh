@@ -14,8 +14,12 @@ for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY=1; done
 if [ "$DRY" = 0 ] && compgen -G ".whl/*.whl" > /dev/null; then
     SITE=$(mktemp -d)/site
     echo "[gpu-check] installing $(ls .whl/*.whl | wc -l) wheels from .whl into $SITE"
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
-        || echo "[gpu-check] some wheels did not install: the machine's own packages are used for those"
+    install() { "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$@"; }
+    if ! install .whl/*.whl; then   # one at a time, so one bad wheel leaves the others installed
+        for wheel in .whl/*.whl; do
+            install "$wheel" || echo "[gpu-check] $wheel did not install: the machine's own version is used"
+        done
+    fi
     export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
