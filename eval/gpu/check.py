@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
     check.run_part("machine", machine_info)
     if not args.dry_run and not check.result["machine"].get("cuda"):
-        print("[gpu-check] torch sees no CUDA device: run with --dry-run on a CPU", file=sys.stderr)
+        print("[gpu-check] torch sees no CUDA device: nothing run (on a CPU use --dry-run)", file=sys.stderr)
+        return 2
     check.run_part("tests", lambda: tests_part(plan.test_paths, device, check.box(plan.tests_box_s), check.parts))
     check.run_part("steps", lambda: steps_part(plan.steps_overrides, check.box(plan.steps_box_s), check.parts))
     for part in plan.mixed:

@@ -38,6 +38,16 @@ def test_dry_run_writes_every_section_within_three_minutes(tmp_path):
     assert "## Engine tests" in markdown and "## RAG benchmark" in markdown and "latency only" in markdown
 
 
+def test_full_plan_refuses_a_machine_without_cuda(tmp_path, monkeypatch):
+    import eval.gpu.machine as machine
+    from eval.gpu.check import main
+
+    monkeypatch.setattr(machine, "machine_info", lambda: {"status": "ok", "cuda": False})
+    assert main(["--out", str(tmp_path)]) == 2  # an 8B dummy is never built on a CPU by mistake
+    assert set(json.loads((tmp_path / "gpu_check.json").read_text())) >= {"machine", "plan"}
+    assert "tests" not in json.loads((tmp_path / "gpu_check.json").read_text())
+
+
 def test_plans_fit_their_budgets():
     for plan in (FULL, DRY):
         boxes = plan.tests_box_s + plan.steps_box_s + sum(p.box_s for p in plan.mixed) + plan.rag.box_s
