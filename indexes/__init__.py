@@ -3,6 +3,8 @@ from indexes.build import build_index, embed_passages, engine_embedder, load_or_
 from indexes.corpus import CorpusFormatError, corpus_fingerprint, load_corpus
 from indexes.faiss_index import DenseIndex, IndexMismatchError
 from indexes.manifest import IndexManifest
+from indexes.torch_search import TorchFlatSearch
 
 __all__ = ["CorpusFormatError", "DenseIndex", "IndexManifest", "IndexMismatchError", "build_index",
-           "corpus_fingerprint", "embed_passages", "engine_embedder", "load_corpus", "load_or_build"]
+           "corpus_fingerprint", "embed_passages", "engine_embedder", "load_corpus", "load_or_build",
+           "TorchFlatSearch"]

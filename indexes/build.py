@@ -39,24 +39,26 @@ def _check_batch(vectors: np.ndarray, expected: int) -> np.ndarray:
 
 
 async def build_index(passages: Sequence[Passage], embed_many: EmbedMany, embedder_name: str,
-                      factory: str = "Flat", batch_size: int = 64) -> DenseIndex:
-    """Embed the passages and index them (inner product over normalised vectors)."""
+                      factory: str = "Flat", batch_size: int = 64, device: str = "auto") -> DenseIndex:
+    """Embed the passages and index them (inner product over normalised vectors), searching on `device`."""
     vectors = await embed_passages(passages, embed_many, batch_size)
-    return DenseIndex.build(vectors, passages, embedder_name, factory=factory)
+    return DenseIndex.build(vectors, passages, embedder_name, factory=factory, device=device)
 
 
 async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], embed_many: EmbedMany,
-                        embedder_name: str, factory: str = "Flat", batch_size: int = 64) -> DenseIndex:
-    """Load the index cached in `cache_folder` when it matches; otherwise build it and save it there."""
+                        embedder_name: str, factory: str = "Flat", batch_size: int = 64,
+                        device: str = "auto") -> DenseIndex:
+    """Load the index cached in `cache_folder` when it matches; otherwise build it and save it there. It
+    searches on `device` (auto | cpu | cuda: see indexes/placement.py)."""
     folder = Path(cache_folder)
     if (folder / MANIFEST_FILE).is_file():
         try:
-            index = DenseIndex.load(folder, embedder_name, passages)
+            index = DenseIndex.load(folder, embedder_name, passages, device)
             if index.manifest.factory == factory:
                 return index
         except IndexMismatchError:
             pass
-    index = await build_index(passages, embed_many, embedder_name, factory, batch_size)
+    index = await build_index(passages, embed_many, embedder_name, factory, batch_size, device)
     index.save(folder)
     return index
 

@@ -1,19 +1,22 @@
-"""A dense passage index over FAISS, with a manifest that guards against stale indexes."""
+"""A dense passage index over FAISS, with a manifest that guards against stale indexes. It searches where
+`device` says (indexes/placement.py); without faiss installed, Flat indexes still work (exact search with torch)."""
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-import faiss
 import numpy as np
 
 from indexes.corpus import corpus_fingerprint
 from indexes.manifest import IndexManifest
+from indexes.placement import faiss_module, place
+from indexes.torch_search import TorchFlatSearch
 from orthrus_rag.rag.types import Passage
 
 INDEX_FILE = "index.faiss"
-METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+VECTORS_FILE = "vectors.npy"  # a Flat index saved where faiss is not installed
+METRICS = ("ip", "l2")
 
 
 class IndexMismatchError(ValueError):
@@ -21,34 +24,36 @@ class IndexMismatchError(ValueError):
 
 
 class DenseIndex:
-    """FAISS vectors for a list of passages; row i of the index is passages[i]."""
+    """FAISS vectors for a list of passages; row i of the index is passages[i]. `cpu_index` is the stored index
+    (a faiss index, or TorchFlatSearch where faiss is missing); `search_index` searches on `device`
+    (auto | cpu | cuda) and `backend` names it (faiss-cpu, faiss-gpu, torch-cpu, torch-cuda)."""
 
-    def __init__(self, index: faiss.Index, passages: Sequence[Passage], manifest: IndexManifest,
-                 use_gpu: bool | None = None):
+    def __init__(self, index, passages: Sequence[Passage], manifest: IndexManifest, device: str = "auto"):
         self.cpu_index = index
         self.passages = list(passages)
         self.manifest = manifest
-        self.search_index = _to_gpu(index) if _want_gpu(use_gpu) else index
+        placed = place(index, manifest.factory, manifest.metric, device)
+        self.search_index, self.backend = placed.search, placed.backend
 
     @property
     def on_gpu(self) -> bool:
-        return self.search_index is not self.cpu_index
+        return self.backend in ("faiss-gpu", "torch-cuda")
 
     @classmethod
     def build(cls, vectors: np.ndarray, passages: Sequence[Passage], embedder_name: str, factory: str = "Flat",
-              metric: str = "ip", nprobe: int = 16, use_gpu: bool | None = None) -> DenseIndex:
+              metric: str = "ip", nprobe: int = 16, device: str = "auto") -> DenseIndex:
         """Index an (n, d) float32 matrix, training the index first when the factory string needs it."""
         vectors = _as_matrix(vectors)
         if len(vectors) != len(passages):
             raise ValueError(f"got {len(vectors)} vectors for {len(passages)} passages: give one vector a passage")
-        index = _new_index(vectors.shape[1], factory, metric)
-        _train(index, vectors, factory)
-        index.add(vectors)
-        _set_nprobe(index, nprobe)
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+        index = _faiss_index(vectors, factory, metric, nprobe) if faiss_module() else _torch_index(vectors, factory,
+                                                                                                   metric)
         manifest = IndexManifest(embedder=embedder_name, dimension=vectors.shape[1], metric=metric,
                                  factory=factory, corpus_fingerprint=corpus_fingerprint(passages),
                                  num_passages=len(passages))
-        return cls(index, passages, manifest, use_gpu)
+        return cls(index, passages, manifest, device)
 
     def search(self, query_vectors: np.ndarray, k: int = 5) -> list[list[Passage]]:
         """The k best passages for each query row, best first, with `score` filled (higher is better)."""
@@ -65,20 +70,36 @@ class DenseIndex:
         return [dataclasses.replace(self.passages[i], score=float(s)) for i, s in zip(ids, scores) if i >= 0]
 
     def save(self, folder: str | Path) -> None:
-        """Write `index.faiss` and `manifest.json` into `folder` (created if missing)."""
+        """Write `index.faiss` (`vectors.npy` where faiss is missing) and `manifest.json` into `folder`."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        faiss.write_index(self.cpu_index, str(folder / INDEX_FILE))
+        for name in (INDEX_FILE, VECTORS_FILE):
+            (folder / name).unlink(missing_ok=True)
+        if isinstance(self.cpu_index, TorchFlatSearch):
+            np.save(folder / VECTORS_FILE, self.cpu_index.numpy())
+        else:
+            faiss_module().write_index(self.cpu_index, str(folder / INDEX_FILE))
         self.manifest.save(folder)
 
     @classmethod
     def load(cls, folder: str | Path, expected_embedder: str, corpus: Sequence[Passage],
-             use_gpu: bool | None = None) -> DenseIndex:
+             device: str = "auto") -> DenseIndex:
         """Read a saved index, refusing it when it was built by another embedder or over another corpus."""
         folder = Path(folder)
         manifest = IndexManifest.load(folder)
         _check_matches(manifest, folder, expected_embedder, corpus)
-        return cls(faiss.read_index(str(folder / INDEX_FILE)), corpus, manifest, use_gpu)
+        return cls(_read_index(folder, manifest), corpus, manifest, device)
+
+
+def _read_index(folder: Path, manifest: IndexManifest):
+    faiss = faiss_module()
+    if (folder / INDEX_FILE).is_file():
+        if faiss is None:
+            raise IndexMismatchError(f"the index in {folder} is a faiss file and faiss is not installed: "
+                                     "pip install faiss-cpu, or rebuild it here")
+        return faiss.read_index(str(folder / INDEX_FILE))
+    vectors = np.load(folder / VECTORS_FILE)
+    return _faiss_index(vectors, "Flat", manifest.metric, 1) if faiss else TorchFlatSearch(vectors, manifest.metric)
 
 
 def _check_matches(manifest: IndexManifest, folder: Path, embedder: str, corpus: Sequence[Passage]) -> None:
@@ -101,11 +122,26 @@ def _as_matrix(vectors: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _new_index(dimension: int, factory: str, metric: str) -> faiss.Index:
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
+def _faiss_index(vectors: np.ndarray, factory: str, metric: str, nprobe: int):
+    index = _new_index(vectors.shape[1], factory, metric)
+    _train(index, vectors, factory)
+    index.add(vectors)
+    _set_nprobe(index, nprobe)
+    return index
+
+
+def _torch_index(vectors: np.ndarray, factory: str, metric: str) -> TorchFlatSearch:
+    if factory != "Flat":
+        raise ValueError(f"faiss is not installed, so only index.factory=Flat works (exact search with torch); "
+                         f"pip install faiss-cpu for {factory!r}")
+    return TorchFlatSearch(vectors, metric)
+
+
+def _new_index(dimension: int, factory: str, metric: str):
+    faiss = faiss_module()
+    metrics = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
     try:
-        index = faiss.index_factory(dimension, factory, METRICS[metric])
+        index = faiss.index_factory(dimension, factory, metrics[metric])
     except RuntimeError as e:
         raise ValueError(f"faiss cannot build index {factory!r} for dimension {dimension}: {e}. "
                          "Use a faiss index_factory string such as 'Flat', 'HNSW32' or 'IVF64,PQ8'") from e
@@ -113,8 +149,9 @@ def _new_index(dimension: int, factory: str, metric: str) -> faiss.Index:
     return index
 
 
-def _nested(index: faiss.Index):
+def _nested(index):
     """The index and the indexes it wraps (pre-transforms, refinement)."""
+    faiss = faiss_module()
     index = faiss.downcast_index(index)
     yield index
     for attribute in ("index", "base_index"):
@@ -123,7 +160,7 @@ def _nested(index: faiss.Index):
             yield from _nested(inner)
 
 
-def _skip_polysemous_training(index: faiss.Index) -> None:
+def _skip_polysemous_training(index) -> None:
     """PQ codes are trained for polysemous search by default, which costs seconds and serves only
     Hamming-filtered search (off unless `polysemous_ht` is set); plain PQ search does not need it."""
     for part in _nested(index):
@@ -131,7 +168,7 @@ def _skip_polysemous_training(index: faiss.Index) -> None:
             part.do_polysemous_training = False
 
 
-def _train(index: faiss.Index, vectors: np.ndarray, factory: str) -> None:
+def _train(index, vectors: np.ndarray, factory: str) -> None:
     if index.is_trained:
         return
     try:
@@ -141,27 +178,7 @@ def _train(index: faiss.Index, vectors: np.ndarray, factory: str) -> None:
                          "Give more passages or a smaller factory (fewer IVF lists, fewer PQ bits)") from e
 
 
-def _set_nprobe(index: faiss.Index, nprobe: int) -> None:
-    ivf = faiss.try_extract_index_ivf(index)
+def _set_nprobe(index, nprobe: int) -> None:
+    ivf = faiss_module().try_extract_index_ivf(index)
     if ivf is not None:
         ivf.nprobe = min(nprobe, ivf.nlist)
-
-
-def _want_gpu(use_gpu: bool | None) -> bool:
-    available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    if use_gpu and not available:
-        raise RuntimeError("use_gpu=True but this faiss has no GPU support or sees no GPU: install faiss-gpu")
-    return available if use_gpu is None else use_gpu
-
-
-_GPU_RESOURCES: list = []
-
-
-def _to_gpu(index: faiss.Index) -> faiss.Index:
-    """A GPU copy of the index; index types faiss cannot move (HNSW) stay on the CPU."""
-    if not _GPU_RESOURCES:
-        _GPU_RESOURCES.append(faiss.StandardGpuResources())
-    try:
-        return faiss.index_cpu_to_gpu(_GPU_RESOURCES[0], 0, index)
-    except RuntimeError:
-        return index

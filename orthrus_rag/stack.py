@@ -119,11 +119,13 @@ def start_engine(config: EngineConfig) -> AsyncEngine:
 # ---- index ----------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class IndexSpec:
-    """The `index` group: FAISS factory string, cache folder (None: derived) and embedding batch size."""
+    """The `index` group: FAISS factory string, cache folder (None: derived), embedding batch size, and the device
+    it searches on (auto = cuda when available: faiss's GPU index, else exact search with torch there)."""
 
     factory: str = "Flat"
     folder: str | None = None
     batch_size: int = 64
+    device: str = "auto"
 
 
 @dataclasses.dataclass
@@ -135,6 +137,7 @@ class IndexSource:
     embedder_name: str
     factory: str = "Flat"
     batch_size: int = 64
+    device: str = "auto"
 
 
 def read_corpus(path: Path) -> list[Passage]:
@@ -161,7 +164,7 @@ def index_source(spec: IndexSpec, corpus: Path, embedder: str) -> IndexSource:
 
     passages = read_corpus(corpus)
     folder = Path(to_absolute_path(spec.folder)) if spec.folder else default_index_folder(corpus, passages, embedder)
-    return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size)
+    return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size, spec.device)
 
 
 async def load_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> DenseIndex:
@@ -171,11 +174,12 @@ async def load_index(engine: EngineLike, source: IndexSource, pooling: PoolingPa
 
     try:
         return await load_or_build(source.folder, source.passages, engine_embedder(engine, pooling),
-                                   source.embedder_name, factory=source.factory, batch_size=source.batch_size)
-    except ValueError as error:  # bad factory string, empty corpus
+                                   source.embedder_name, factory=source.factory, batch_size=source.batch_size,
+                                   device=source.device)
+    except ValueError as error:  # bad factory string or device, empty corpus
         if isinstance(error, EngineError):
             raise
-        raise UserError(f"{error} (index.factory={source.factory!r})") from error
+        raise UserError(f"{error} (index.factory={source.factory!r}, index.device={source.device!r})") from error
 
 
 # ---- pipeline -------------------------------------------------------------------------------------------------

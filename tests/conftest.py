@@ -27,10 +27,14 @@ def minilm_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer(smollm2_path):
+def tokenizer():
+    """SmolLM2's tokenizer, as shipped beside the dummy model configs (equal to the converted model's: tested in
+    tests/models/test_dummy.py), so tiny-model tests need no shipped model package."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(smollm2_path)
+    from orthrus_rag.models.dummy import TOKENIZER
+
+    return AutoTokenizer.from_pretrained(TOKENIZER)
 
 
 def tiny_llama_config(vocab_size: int, **overrides):

@@ -15,6 +15,7 @@ class EngineConfig:
     embedding_adapter: str | None = None  # PEFT LoRA folder applied to backbone embedding rows only
     dtype: str = "auto"  # auto = bfloat16 on CPU and GPU; float32 for exactness checks
     device: str = "auto"  # auto = cuda when available, else cpu
+    load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
     num_threads: int | None = None  # torch intra-op threads; None keeps torch's default
     # Step budget.
     max_num_batched_tokens: int = 512  # tokens (all kinds) in one forward step
@@ -37,6 +38,9 @@ class EngineConfig:
         if self.policy not in POLICIES:
             raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {self.policy!r}",
                                       "policy")
+        if self.load_format not in ("auto", "dummy"):
+            raise InvalidRequestError(f"runtime.load_format must be auto or dummy, got {self.load_format!r}",
+                                      "load_format")
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
             if int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)

@@ -17,8 +17,8 @@ from orthrus_rag.models import load_embedder
 
 
 class EmbedderRunner:
-    def __init__(self, name: str, dtype: torch.dtype, device: torch.device):
-        self.model = load_embedder(name, dtype, str(device))
+    def __init__(self, name: str, dtype: torch.dtype, device: torch.device, load_format: str = "auto"):
+        self.model = load_embedder(name, dtype, str(device), load_format)
         self.tokenizer = self.model.tokenizer
         self.vocab_size = min(self.tokenizer.vocab_size, self.model[0].auto_model.get_input_embeddings().num_embeddings)
         self.max_len = int(self.model.max_seq_length or self.tokenizer.model_max_length)

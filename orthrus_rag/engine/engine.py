@@ -38,7 +38,7 @@ class LLMEngine:
         self.config = config
         self.runner = ModelRunner(config)
         self.tokenizer = self.runner.tokenizer
-        self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device) \
+        self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device, config.load_format) \
             if config.embedder else None
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.blocks, make_policy(config))

@@ -15,6 +15,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from orthrus_rag.models import resolve_model_path
+
 
 @dataclass
 class AdapterRows:
@@ -27,8 +29,8 @@ class RowLoRALinear(nn.Module):
     def __init__(self, base: nn.Linear, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float, rows: AdapterRows):
         super().__init__()
         self.base, self.rows, self.scale = base, rows, scale
-        self.lora_a = nn.Parameter(lora_a.to(base.weight.dtype), requires_grad=False)
-        self.lora_b = nn.Parameter(lora_b.to(base.weight.dtype), requires_grad=False)
+        self.lora_a = nn.Parameter(lora_a.to(base.weight.device, base.weight.dtype), requires_grad=False)
+        self.lora_b = nn.Parameter(lora_b.to(base.weight.device, base.weight.dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
@@ -41,7 +43,7 @@ class RowLoRALinear(nn.Module):
 
 def attach_embedding_adapter(model: nn.Module, folder: str | Path) -> AdapterRows:
     """Wrap the adapter's target modules in `model`; returns the handle that selects the rows per step."""
-    folder = Path(folder)
+    folder = resolve_model_path(folder) if str(folder).startswith("dummy:") else Path(folder)
     config_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     if not config_file.exists() or not weights_file.exists():
         raise FileNotFoundError(f"{folder} is not a PEFT LoRA folder: it needs adapter_config.json and "

@@ -18,7 +18,7 @@ class ModelRunner:
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype)
         self.num_threads = set_threads(config.num_threads)
-        self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device))
+        self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device), config.load_format)
         self.model.set_attn_implementation(attention.register())
         self.attention_backend = attention.choose_backend(self.device)
         self.adapter: AdapterRows | None = None

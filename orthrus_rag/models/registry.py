@@ -11,6 +11,8 @@ from pathlib import Path
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
+DUMMY_PREFIX = "dummy:"  # dummy shapes: orthrus_rag/models/dummy.py
+
 
 class ModelNotFoundError(FileNotFoundError):
     """A model name is neither shipped nor an existing folder, or its package is not installed."""
@@ -40,15 +42,24 @@ def cache_dir() -> Path:
 
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
-    """The local folder for a shipped model name (converting on first use) or an existing path."""
+    """The local folder for a shipped model name (converting on first use), a dummy shape (`dummy:<shape>`,
+    see models/dummy.py) or an existing path."""
     key = str(name_or_path)
+    if key.lower().startswith(DUMMY_PREFIX):
+        from orthrus_rag.models.dummy import DummyModelError, resolve_dummy
+
+        try:
+            return resolve_dummy(key)
+        except DummyModelError as error:
+            raise ModelNotFoundError(str(error)) from error
     if key.lower() in SHIPPED:
         return _resolve_shipped(SHIPPED[key.lower()])
     path = Path(key).expanduser()
     if path.is_dir():
         return path.resolve()
     raise ModelNotFoundError(
-        f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}) nor an existing folder "
+        f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({DUMMY_PREFIX}<shape>) "
+        f"nor an existing folder "
         f"(tried {path.resolve()}). Give a shipped name or the path of a local transformers folder."
     )
 

@@ -1,6 +1,8 @@
 """Engine fixtures: engines over the tiny random models, HF references, and a leak check after each test."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -19,9 +21,12 @@ PROMPTS = [
 ]
 
 
+DEVICE = os.environ.get("ORTHRUS_TEST_DEVICE", "cpu")  # engines and their transformers references run here
+
+
 def tiny_config(path, **overrides) -> EngineConfig:
     args = dict(generator=str(path), embedder=None, dtype="float32", max_num_batched_tokens=32, block_size=4,
-                num_kv_blocks=256)
+                num_kv_blocks=256, device=DEVICE)
     args.update(overrides)
     return EngineConfig(**args)
 
@@ -50,7 +55,7 @@ def assert_clean(engine: LLMEngine) -> None:
 def hf_tiny(tiny_llama_dir):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).to(DEVICE).eval()
 
 
 @pytest.fixture
@@ -70,12 +75,12 @@ def make_engine(tiny_llama_dir):
 
 def hf_greedy(model, ids: list[int], max_new_tokens: int) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+        out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
     return out[0, len(ids):].tolist()
 
 
 def hf_pool(model, ids: list[int], pooling: str, normalize: bool) -> torch.Tensor:
     with torch.no_grad():
-        hidden = model.model(torch.tensor([ids])).last_hidden_state[0]
+        hidden = model.model(torch.tensor([ids], device=model.device)).last_hidden_state[0].cpu()
     vector = {"mean": hidden.mean(0), "last": hidden[-1], "cls": hidden[0]}[pooling]
     return torch.nn.functional.normalize(vector, dim=-1) if normalize else vector

@@ -26,7 +26,7 @@ def test_lora_on_embedding_rows_only(make_engine, tokenizer, tiny_llama_dir, hf_
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
-    peft_model = PeftModel.from_pretrained(base, lora_dir).eval()
+    peft_model = PeftModel.from_pretrained(base, lora_dir).to(hf_tiny.device).eval()
     engine = make_engine(embedding_adapter=str(lora_dir), max_num_batched_tokens=16)
     prompts = [tokenizer.encode(p) for p in PROMPTS[:5]]
     for i, ids in enumerate(prompts):
@@ -37,8 +37,9 @@ def test_lora_on_embedding_rows_only(make_engine, tokenizer, tiny_llama_dir, hf_
     for i, ids in enumerate(prompts):
         assert results[f"g{i}"].token_ids == hf_greedy(hf_tiny, ids, 6)  # base model, untouched by the adapter
         with torch.no_grad():
-            hidden = peft_model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
-            plain = hf_tiny.model(torch.tensor([ids])).last_hidden_state[0]
+            inputs = torch.tensor([ids], device=hf_tiny.device)
+            hidden = peft_model(inputs, output_hidden_states=True).hidden_states[-1][0].cpu()
+            plain = hf_tiny.model(inputs).last_hidden_state[0].cpu()
         got = torch.from_numpy(results[f"e{i}"].embedding)
         assert (got - hidden.mean(0)).abs().max().item() <= 1e-5
         assert (got - plain.mean(0)).abs().max().item() > 1e-3  # the adapter really changed embeddings

@@ -69,12 +69,18 @@ def test_clear_errors(passages, vectors):
         index.search(np.zeros((1, 16), np.float32))
 
 
-def test_gpu_request_without_gpu_is_refused(passages, vectors):
-    import faiss
+def test_device_is_checked_and_defaults_to_where_torch_sees_a_gpu(passages, vectors):
+    import torch
 
-    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
-        assert DenseIndex.build(vectors, passages, "fake-embedder", use_gpu=True).on_gpu
+    from indexes.placement import faiss_has_gpu
+
+    with pytest.raises(ValueError, match="index.device must be one of auto, cpu, cuda"):
+        DenseIndex.build(vectors, passages, "fake-embedder", device="gpu")
+    index = DenseIndex.build(vectors, passages, "fake-embedder")
+    if torch.cuda.is_available():
+        assert index.on_gpu and index.backend == ("faiss-gpu" if faiss_has_gpu() else "torch-cuda")
     else:
-        with pytest.raises(RuntimeError, match="faiss-gpu"):
-            DenseIndex.build(vectors, passages, "fake-embedder", use_gpu=True)
-        assert not DenseIndex.build(vectors, passages, "fake-embedder").on_gpu
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            DenseIndex.build(vectors, passages, "fake-embedder", device="cuda")
+        assert not index.on_gpu and index.backend == "faiss-cpu"
+    assert DenseIndex.build(vectors, passages, "fake-embedder", device="cpu").backend == "faiss-cpu"

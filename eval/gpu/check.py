@@ -1,0 +1,86 @@
+"""The GPU check: engine tests on CUDA, the step micro-benchmark, the mixed benchmark and the rag benchmark, on
+dummy models, each part time-boxed; writes gpu_check.json and gpu_check.md into --out after every part.
+
+    bash eval/gpu/check.sh                    # on one CUDA GPU: the full plan, about 8 minutes
+    bash eval/gpu/check.sh --dry-run --out D  # on a CPU: the same parts with tiny models, under 3 minutes
+
+gpu_check.json: {"dry_run", "started", "seconds", "plan", "machine", "tests", "steps", "mixed": {"backbone",
+"minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped, not available).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from eval.gpu.parts import MIN_START_S, mixed_part, rag_part, steps_part, tests_part
+from eval.gpu.plan import DRY, FULL, Plan
+from eval.gpu.report import render
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="eval/gpu/check.sh", description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models (checks the script itself)")
+    parser.add_argument("--out", type=Path, default=Path("gpu-check"), help="folder for gpu_check.json/.md")
+    parser.add_argument("--budget", type=float, default=None, help="seconds for all parts (default: the plan's)")
+    return parser.parse_args(argv)
+
+
+class Check:
+    def __init__(self, plan: Plan, out: Path, dry_run: bool, budget_s: float):
+        self.plan, self.out, self.parts = plan, out, out / "parts"
+        self.start = time.perf_counter()
+        self.deadline = self.start + budget_s
+        self.result: dict = {"dry_run": dry_run, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                             "budget_s": budget_s, "plan": asdict(plan)}
+
+    def time_left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def box(self, seconds: float) -> float:
+        return min(seconds, self.time_left())
+
+    def record(self, key: str, section: dict, sub: str | None = None) -> None:
+        (self.result.setdefault(key, {}) if sub else self.result)[sub or key] = section
+        self.result["seconds"] = round(time.perf_counter() - self.start, 1)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "gpu_check.json").write_text(json.dumps(self.result, indent=2, default=str) + "\n")
+        (self.out / "gpu_check.md").write_text(render(self.result))
+        print(f"[gpu-check] {sub or key}: {section.get('status')} ({self.result['seconds']:.0f} s)", flush=True)
+
+    def run_part(self, key: str, work, sub: str | None = None) -> None:
+        if self.time_left() < MIN_START_S:
+            return self.record(key, {"status": "skipped: time budget spent"}, sub)
+        try:
+            section = work()
+        except Exception as error:  # a part that breaks is recorded; the check goes on
+            section = {"status": f"failed: {type(error).__name__}: {error}"}
+        self.record(key, section, sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = DRY if args.dry_run else FULL
+    check = Check(plan, args.out, args.dry_run, args.budget or plan.budget_s)
+    device = "cpu" if args.dry_run else "cuda"
+    from eval.gpu.machine import machine_info
+
+    check.run_part("machine", machine_info)
+    if not args.dry_run and not check.result["machine"].get("cuda"):
+        print("[gpu-check] torch sees no CUDA device: nothing run (on a CPU use --dry-run)", file=sys.stderr)
+        return 2
+    check.run_part("tests", lambda: tests_part(plan.test_paths, device, check.box(plan.tests_box_s), check.parts))
+    check.run_part("steps", lambda: steps_part(plan.steps_overrides, check.box(plan.steps_box_s), check.parts))
+    for part in plan.mixed:
+        check.run_part("mixed", lambda: mixed_part(part, check.time_left, check.parts), sub=part.name)
+    check.run_part("rag", lambda: rag_part(plan.rag, plan.rates, check.time_left, check.parts))
+    print(f"[gpu-check] wrote {args.out / 'gpu_check.json'} and {args.out / 'gpu_check.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

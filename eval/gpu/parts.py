@@ -1,0 +1,179 @@
+"""The parts of the GPU check. Each runs child processes under its time box and returns its section of
+gpu_check.json; a part that fails or runs out of time says so in its `status` and the check goes on."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from eval.gpu.plan import BenchPart
+from eval.gpu.runs import CommandResult, python, run_command
+
+MIN_START_S = 10  # a part with less time left than this is skipped
+
+
+def status_of(result: CommandResult) -> str:
+    if result.timed_out:
+        return f"timed out after {result.seconds:.0f} s"
+    return "ok" if result.ok else f"failed (exit {result.returncode})"
+
+
+# ---- tests --------------------------------------------------------------------------------------------------------
+def tests_part(paths: tuple[str, ...], device: str, box_s: float, folder: Path) -> dict:
+    """The engine tests with engines and their transformers references on `device` (float32 exactness)."""
+    junit = folder / "tests.xml"
+    workers = ["-n", "4"] if device == "cuda" and importlib.util.find_spec("xdist") else []
+    args = python("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "eval.gpu.missing_models", "-m",
+                  "not shipped", f"--junitxml={junit}", *workers, *paths)
+    result = run_command(args, box_s, folder / "tests.log", env={"ORTHRUS_TEST_DEVICE": device})
+    counts = junit_counts(junit) if junit.is_file() else progress_counts(result.log)
+    section = {"status": status_of(result), "device": device, "paths": list(paths), "seconds": result.seconds,
+               "workers": int(workers[1]) if workers else 1, **counts, "deselected": _deselected(result.log)}
+    if not result.ok:
+        section["tail"] = result.tail()
+    return section
+
+
+def junit_counts(junit: Path) -> dict:
+    suite = ET.parse(junit).getroot()
+    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    counts["failed_tests"] = [f"{case.get('classname')}::{case.get('name')}: {_first_line(case)}"
+                              for case in suite.iter("testcase") if case.find("failure") is not None
+                              or case.find("error") is not None]
+    return counts
+
+
+def progress_counts(log: Path) -> dict:
+    """Counts read from pytest's progress characters, for a run stopped before it wrote its report."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    marks = "".join(m.group(1) for m in re.finditer(r"^([.FEsx]+)\s*(?:\[\s*\d+%\])?$", text, re.MULTILINE))
+    return {"passed": marks.count("."), "failures": marks.count("F"), "errors": marks.count("E"),
+            "skipped": marks.count("s"), "incomplete": True}
+
+
+def _first_line(case) -> str:
+    problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+    return (problem.get("message") or "").splitlines()[0][:300] if problem.get("message") else ""
+
+
+def _deselected(log: Path) -> int:
+    found = re.findall(r"(\d+) deselected", log.read_text(errors="replace")) if log.is_file() else []
+    return int(found[-1]) if found else 0
+
+
+# ---- step micro-benchmark ----------------------------------------------------------------------------------------
+def steps_available() -> bool:
+    root = Path(__file__).resolve().parents[2]
+    return (root / "eval/bench/steps.py").is_file() and (root / "conf/workload/steps.yaml").is_file()
+
+
+def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
+    if not steps_available():
+        return {"status": "not available (eval/bench/steps.py is not in this checkout)"}
+    args = python("-m", "eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}")
+    result = run_command(args, box_s, folder / "steps.log")
+    bench = _read_json(folder / "steps" / "bench.json")
+    section = {"status": status_of(result), "seconds": result.seconds, "overrides": list(overrides)}
+    if bench:
+        section.update({k: bench[k] for k in ("steps", "tokens", "bandwidth_gb_s", "weight_bytes") if k in bench})
+    if not result.ok:
+        section["tail"] = result.tail()
+    return section
+
+
+# ---- benchmarks, one Hydra job per mode -----------------------------------------------------------------------------
+def bench_modes(part: BenchPart, extra: tuple[str, ...], time_left, folder: Path) -> tuple[dict, dict]:
+    """Runs `orthrus-rag-bench` over the part's modes as a Hydra multirun (one job per mode, each writing its own
+    bench.json); after a failing mode the remaining ones run again without it. Returns ({mode: bench.json},
+    {mode: why it has none})."""
+    results, problems, remaining, attempt = {}, {}, list(part.modes), 0
+    deadline_box = part.box_s
+    while remaining and min(deadline_box, time_left()) > MIN_START_S:
+        sweep = folder / part.name / f"run{attempt}"
+        args = python("-m", "eval.bench.cli", "-m", *part.overrides, *extra,
+                      "modes=" + ",".join(f"[{m}]" for m in remaining), f"hydra.sweep.dir={sweep}")
+        result = run_command(args, min(deadline_box, time_left()), folder / part.name / f"run{attempt}.log")
+        deadline_box -= result.seconds
+        results.update(_benches_by_mode(sweep))
+        remaining = [m for m in remaining if m not in results]
+        if result.ok or not remaining:
+            break
+        problems[remaining.pop(0)] = f"{status_of(result)} (log parts/{part.name}/{result.log.name})"
+        if result.timed_out:
+            break
+        attempt += 1
+    problems.update({m: "not run: time box spent" for m in remaining if m not in problems})
+    return results, problems
+
+
+def _benches_by_mode(sweep: Path) -> dict:
+    out = {}
+    for path in sorted(sweep.glob("*/bench.json")):
+        bench = _read_json(path)
+        if bench:
+            out[bench["config"]["modes"][0]] = bench
+    return out
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+MIXED_KEYS = ("rps", "embed_rps", "gen_rps", "p50_s", "p99_s", "requests", "wall_s")
+
+
+def mixed_part(part: BenchPart, time_left, folder: Path) -> dict:
+    benches, problems = bench_modes(part, (), time_left, folder)
+    modes = {m: {k: b["modes"][m].get(k) for k in MIXED_KEYS} for m, b in benches.items()}
+    section = {"status": _overall(part, benches, problems), "title": part.title, "overrides": list(part.overrides),
+               "modes": modes, "ratios": rps_ratios(modes), "problems": problems}
+    phases = {}
+    for mode, bench in benches.items():
+        for name, phase in bench.get("phases", {}).items():
+            phases.setdefault(name, {})[mode] = {k: phase["modes"][mode].get(k) for k in MIXED_KEYS}
+    if phases:
+        section["phases"] = {name: {"modes": by_mode, "ratios": rps_ratios(by_mode)} for name, by_mode in phases.items()}
+    if benches:
+        section["engine_config"] = next(iter(benches.values()))["config"]["engine"]
+    return section
+
+
+def rps_ratios(modes: dict) -> dict:
+    hetero = modes.get("hetero", {}).get("rps")
+    return {f"hetero/{m}": round(hetero / modes[m]["rps"], 3) if hetero and modes.get(m, {}).get("rps") else None
+            for m in ("isolated", "alternating", "hf")}
+
+
+RAG_KEYS = ("qps", "p50_s", "p90_s", "p99_s", "mean_s", "n", "wall_s", "goodput", "calls", "time_share")
+
+
+def rag_part(part: BenchPart, rates: tuple[float, ...], time_left, folder: Path) -> dict:
+    rates_override = "rates=[" + ",".join(str(r) for r in rates) + "]"
+    benches, problems = bench_modes(part, (rates_override,), time_left, folder)
+    by_rate: dict[str, dict] = {}
+    for mode, bench in benches.items():
+        for load in bench["sweep"]:
+            by_rate.setdefault(str(load["rate"]), {})[mode] = {k: load["modes"][mode].get(k) for k in RAG_KEYS}
+    return {"status": _overall(part, benches, problems), "title": part.title, "overrides": list(part.overrides),
+            "rates": list(rates), "by_rate": {rate: {"modes": modes, "p99_reduction_vs_isolated":
+                                                     p99_reduction(modes)} for rate, modes in by_rate.items()},
+            "problems": problems,
+            "note": "dummy weights: latency only, the answers are meaningless (accuracy is not measured)"}
+
+
+def p99_reduction(modes: dict) -> float | None:
+    hetero, isolated = modes.get("hetero", {}).get("p99_s"), modes.get("isolated", {}).get("p99_s")
+    return round(1 - hetero / isolated, 3) if hetero and isolated else None
+
+
+def _overall(part: BenchPart, benches: dict, problems: dict) -> str:
+    if not problems:
+        return "ok"
+    return f"partial ({len(benches)} of {len(part.modes)} modes)" if benches else "failed"

@@ -1,0 +1,94 @@
+"""gpu_check.md: the sections of gpu_check.json as short tables, with the issue's GPU targets next to them."""
+from __future__ import annotations
+
+
+def render(check: dict) -> str:
+    lines = [f"# GPU check{' (dry run: CPU, tiny models)' if check.get('dry_run') else ''}", "",
+             f"Started {check.get('started')}, {check.get('seconds', 0):.0f} s. All models have dummy (random) weights:"
+             " figures are speed only.", ""]
+    lines += _machine(check.get("machine", {}))
+    lines += _tests(check.get("tests", {}))
+    lines += _steps(check.get("steps", {}))
+    for name, section in check.get("mixed", {}).items():
+        lines += _mixed(name, section)
+    lines += _rag(check.get("rag", {}))
+    return "\n".join(lines) + "\n"
+
+
+def _machine(m: dict) -> list[str]:
+    gpu = f"{m.get('gpu')} ({m.get('gpu_memory_gib')} GiB, driver {m.get('driver')}, CUDA {m.get('cuda_version')}, " \
+          f"copy {m.get('copy_gb_s')} GB/s)" if m.get("cuda") else "none"
+    packages = ", ".join(f"{k} {v}" for k, v in m.get("packages", {}).items() if v)
+    return ["## Machine", f"- GPU: {gpu}", f"- CPU: {m.get('cpu')}, {m.get('cores')} cores; Python {m.get('python')}",
+            f"- packages: {packages}; faiss GPU: {m.get('faiss_gpu')}",
+            f"- commit {m.get('git_commit')}{' (dirty)' if m.get('git_dirty') else ''}", ""]
+
+
+def _tests(t: dict) -> list[str]:
+    lines = ["## Engine tests", f"- status: {t.get('status')}; device {t.get('device')}; {t.get('seconds')} s",
+             f"- passed {t.get('passed')}, failures {t.get('failures')}, errors {t.get('errors')}, "
+             f"skipped {t.get('skipped')}, deselected {t.get('deselected')} (need shipped model packages)"]
+    lines += [f"  - {name}" for name in t.get("failed_tests", [])[:20]]
+    return lines + _tail(t) + [""]
+
+
+def _steps(s: dict) -> list[str]:
+    lines = ["## Step micro-benchmark", f"- status: {s.get('status')}"]
+    if s.get("steps"):
+        lines += ["", "| shape | threads | tokens | engine ms | hf ms | floor ms | engine/floor |", "|---|---|---|---|---|---|---|"]
+        for shape, by_threads in s["steps"].items():
+            for threads, r in by_threads.items():
+                ratio = r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None
+                lines.append(f"| {shape} | {threads} | {s.get('tokens', {}).get(shape)} | {r.get('engine_ms')} | "
+                             f"{r.get('hf_ms')} | {r.get('floor_ms')} | {_x(ratio)} |")
+        lines.append("\nTarget: decode64 engine step within 1.5x of the weight-read floor.")
+    return lines + _tail(s) + [""]
+
+
+def _mixed(name: str, m: dict) -> list[str]:
+    lines = [f"## Mixed benchmark: {m.get('title', name)}", f"- status: {m.get('status')}"]
+    lines += [f"- {mode}: {why}" for mode, why in m.get("problems", {}).items()]
+    lines += _mode_table(m.get("modes", {}), m.get("ratios", {}), "all phases" if m.get("phases") else "")
+    for phase, p in m.get("phases", {}).items():
+        lines += _mode_table(p["modes"], p["ratios"], f"phase {phase} (generate:embed)")
+    if m.get("phases"):
+        lines.append("Targets: hetero/isolated >= 1.3 on 1:1 and >= 2 on 1:9; hetero/alternating > 1.")
+    return lines + [""]
+
+
+def _mode_table(modes: dict, ratios: dict, title: str) -> list[str]:
+    if not modes:
+        return []
+    lines = ["", f"{title}" if title else "", "| mode | req/s | embed/s | gen/s | p50 embed s | p99 embed s | "
+             "p50 gen s | p99 gen s |", "|---|---|---|---|---|---|---|---|"]
+    for mode, r in modes.items():
+        p50, p99 = r.get("p50_s") or {}, r.get("p99_s") or {}
+        lines.append(f"| {mode} | {_n(r.get('rps'))} | {_n(r.get('embed_rps'))} | {_n(r.get('gen_rps'))} | "
+                     f"{_n(p50.get('embed'))} | {_n(p99.get('embed'))} | {_n(p50.get('generate'))} | "
+                     f"{_n(p99.get('generate'))} |")
+    return lines + ["", "  ".join(f"{k} {_x(v)}" for k, v in ratios.items()), ""]
+
+
+def _rag(r: dict) -> list[str]:
+    lines = [f"## RAG benchmark: {r.get('title', 'iterative RAG under load')}", f"- status: {r.get('status')}",
+             "- dummy weights: latency only, the answers are meaningless (accuracy is not measured)"]
+    lines += [f"- {mode}: {why}" for mode, why in r.get("problems", {}).items()]
+    for rate, load in r.get("by_rate", {}).items():
+        lines += ["", f"rate {rate} questions/s", "| mode | q/s | p50 s | p90 s | p99 s |", "|---|---|---|---|---|"]
+        lines += [f"| {mode} | {_n(m.get('qps'))} | {_n(m.get('p50_s'))} | {_n(m.get('p90_s'))} | {_n(m.get('p99_s'))} |"
+                  for mode, m in load["modes"].items()]
+        reduction = load.get("p99_reduction_vs_isolated")
+        lines.append(f"\nhetero p99 vs isolated: {f'{reduction:.0%} lower' if reduction is not None else '-'}")
+    return lines + ["", "Target: hetero p99 at least 56% below isolated at the higher rate."]
+
+
+def _tail(section: dict) -> list[str]:
+    return ["", "```", section["tail"], "```"] if section.get("tail") else []
+
+
+def _n(x) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+
+
+def _x(x) -> str:
+    return f"{x:.2f}x" if isinstance(x, (int, float)) else "-"

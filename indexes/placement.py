@@ -1,0 +1,81 @@
+"""Where an index searches (`index.device=auto|cpu|cuda`) and with what: faiss on the CPU, faiss's GPU index when
+faiss has GPU support, else exact search with torch on the device (Flat indexes; the same results as faiss Flat)."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from indexes.torch_search import TorchFlatSearch
+
+DEVICES = ("auto", "cpu", "cuda")
+_GPU_RESOURCES: list = []
+
+
+@dataclass
+class Placement:
+    search: Any  # anything with search(queries, k) -> (scores, ids), as a faiss index
+    backend: str  # faiss-cpu | faiss-gpu | torch-cpu | torch-cuda
+
+
+def faiss_module():
+    """faiss, or None where it is not installed (then only exact Flat search, with torch)."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+def faiss_has_gpu() -> bool:
+    faiss = faiss_module()
+    return faiss is not None and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def resolve_index_device(device: str) -> str:
+    """auto = cuda when torch sees a GPU, else cpu; cuda without a GPU is refused."""
+    if device not in DEVICES:
+        raise ValueError(f"index.device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("index.device=cuda but torch sees no CUDA device: use index.device=cpu or auto")
+    return device
+
+
+def place(stored, factory: str, metric: str, device: str) -> Placement:
+    """The searcher for `stored` (a faiss index, or TorchFlatSearch on the CPU where faiss is missing)."""
+    device = resolve_index_device(device)
+    on_torch = isinstance(stored, TorchFlatSearch)
+    if device == "cpu":
+        return Placement(stored, "torch-cpu" if on_torch else "faiss-cpu")
+    if not on_torch and faiss_has_gpu():
+        moved = _faiss_to_gpu(stored)
+        if moved is not stored:
+            return Placement(moved, "faiss-gpu")
+    if factory == "Flat":
+        return Placement(TorchFlatSearch(flat_vectors(stored), metric, device), "torch-cuda")
+    warnings.warn(f"index {factory!r} cannot search on the GPU here (faiss-gpu missing or the index type cannot "
+                  "move): it searches on the CPU", stacklevel=2)
+    return Placement(stored, "faiss-cpu")
+
+
+def flat_vectors(stored) -> np.ndarray:
+    """The stored vectors of a Flat index, row i for passage i."""
+    if isinstance(stored, TorchFlatSearch):
+        return stored.numpy()
+    return stored.reconstruct_n(0, stored.ntotal)
+
+
+def _faiss_to_gpu(index):
+    """A faiss GPU copy of the index; index types faiss cannot move (HNSW) stay on the CPU."""
+    faiss = faiss_module()
+    if not _GPU_RESOURCES:
+        _GPU_RESOURCES.append(faiss.StandardGpuResources())
+    try:
+        return faiss.index_cpu_to_gpu(_GPU_RESOURCES[0], 0, index)
+    except RuntimeError:
+        return index
