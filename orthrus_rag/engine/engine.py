@@ -26,7 +26,6 @@ from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Sequence
 from orthrus_rag.engine.stats import EngineStats
-from orthrus_rag.models import set_threads
 
 Prompt = str | list[int]
 
@@ -34,7 +33,6 @@ Prompt = str | list[int]
 class LLMEngine:
     def __init__(self, config: EngineConfig):
         config.validate()
-        set_threads(config.num_threads)
         self.config = config
         self.runner = ModelRunner(config)
         self.tokenizer = self.runner.tokenizer
