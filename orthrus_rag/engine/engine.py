@@ -154,12 +154,13 @@ class LLMEngine:
     def _append_token(self, seq: Sequence, token: int) -> StepOutput:
         seq.output_ids.append(token)
         seq.timings.first_token = seq.timings.first_token or time.perf_counter()
-        check_stop(seq, self.tokenizer, self.eos_ids)
+        reason = check_stop(seq, self.tokenizer, self.eos_ids)
+        if reason is not None:
+            self._release(seq, reason)
         delta = StepOutput(seq.request_id, take_delta(seq), [token])
-        if seq.finish_reason is not None:
+        if reason is not None:
             delta.finished = True
             delta.result = self._generate_output(seq)
-            self._release(seq, seq.finish_reason)
         return delta
 
     def _finish_embedding(self, seq: Sequence, vector: torch.Tensor) -> StepOutput:

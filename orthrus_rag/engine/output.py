@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orthrus_rag.engine.request import EmbedOutput, GenerateOutput
+from orthrus_rag.engine.request import EmbedOutput, FinishReason, GenerateOutput
 from orthrus_rag.engine.sequence import Sequence
 
 
@@ -19,22 +19,22 @@ class StepOutput:
     error: Exception | None = None
 
 
-def check_stop(seq: Sequence, tokenizer, eos_ids: set[int]) -> None:
-    """After a new token: extend `seq.text` by the new token's text and set `seq.finish_reason` when a stop
-    condition holds. Work per call is proportional to the new tokens, not to the whole output."""
+def check_stop(seq: Sequence, tokenizer, eos_ids: set[int]) -> FinishReason | None:
+    """After a new token: extend `seq.text` by the new token's text; returns why the sequence stops here, if it
+    does (the scheduler records it when it finishes the request). Work per call is proportional to the new tokens,
+    not to the whole output."""
     params, token = seq.sampling, seq.output_ids[-1]
     if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
-        seq.finish_reason = "stop"
         seq.text += _detokenize(tokenizer, seq, len(seq.output_ids) - 1, flush=True)
-        return
+        return "stop"
     done = len(seq.output_ids) >= params.max_tokens
     before = len(seq.text)
     seq.text += _detokenize(tokenizer, seq, len(seq.output_ids), flush=done)
     hit = _find_stop(seq.text, params.stop, before)
     if hit is not None:
-        seq.text, seq.finish_reason = seq.text[:hit], "stop"
-    elif done:
-        seq.finish_reason = "length"
+        seq.text = seq.text[:hit]
+        return "stop"
+    return "length" if done else None
 
 
 def take_delta(seq: Sequence) -> str:

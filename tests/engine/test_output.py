@@ -24,7 +24,7 @@ def feed(tokenizer, ids: list[int], params: SamplingParams) -> tuple[Sequence, l
     deltas = []
     for token in ids:
         seq.output_ids.append(token)
-        check_stop(seq, tokenizer, eos_ids=set())
+        seq.finish_reason = check_stop(seq, tokenizer, eos_ids=set())  # as the scheduler records it
         deltas.append(take_delta(seq))
         if seq.finish_reason:
             break
