@@ -176,7 +176,7 @@ def run_steps_cli(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from orthrus_rag.cli.common import engine_config
+    from orthrus_rag.stack import engine_config
 
     workload = StepsWorkload.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
     bench = run_steps(engine_config(cfg), workload)

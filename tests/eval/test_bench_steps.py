@@ -40,3 +40,20 @@ def test_shapes_build_the_rows_they_name():
     tables = [b for c in chunks for b in c.seq.block_table]
     assert len(tables) == len(set(tables))  # no two sequences share a block
     assert all(c.completes for c in chunks)
+
+
+def test_steps_through_the_bench_command(tiny_llama_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "eval.bench.cli", "workload=steps", f"model.name={tiny_llama_dir}",
+                           "runtime.dtype=float32", "workload.warmup=0", "workload.repeats=1", "workload.threads=[1]",
+                           f"hydra.run.dir={tmp_path}"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert set(bench["steps"]) == SHAPES and all(set(r) == {"1"} for r in bench["steps"].values())
