@@ -108,7 +108,6 @@ class Policy:
 
 @register_policy("fcfs")
 class FCFSPolicy(Policy):
-
     def choose(self, view: QueueView) -> Kind | None:
         heads = [(a, k) for k, a in view.head_arrival.items() if a is not None]
         return min(heads)[1] if heads else None
@@ -139,7 +138,6 @@ class WeightedPolicy(Policy):
 
 @register_policy("alternating")
 class AlternatingPolicy(Policy):
-
     def __init__(self):
         self.kind: Kind = "embed"
 
@@ -158,7 +156,6 @@ class AlternatingPolicy(Policy):
 
 @register_policy("adaptive")
 class AdaptivePolicy(Policy):
-
     def __init__(self, step_time_target_s: float, min_new_tokens: int, embedder_token_cost: float | None,
                  embed_min_share: float = 0.5):
         self.target = step_time_target_s
