@@ -118,7 +118,7 @@ class LLMEngine:
 
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
-        out = self.runner.execute(sched.chunks, self.blocks) if sched.chunks else ModelOutput()
+        out = self.runner.execute(sched.chunks) if sched.chunks else ModelOutput()
         self._sample(out)
         return out, time.perf_counter() - start
 

@@ -5,7 +5,6 @@ import torch
 
 from orthrus_rag.engine import attention
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk
-from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.kv_cache import PagedKVCache
 from orthrus_rag.engine.lora import AdapterRows, attach_embedding_adapter
@@ -39,7 +38,7 @@ class ModelRunner:
                                   kv_heads, head_dim, cache_dtype, self.device)
 
     @torch.inference_mode()
-    def execute(self, chunks: list[ScheduledChunk], blocks: BlockManager | None = None) -> ModelOutput:
+    def execute(self, chunks: list[ScheduledChunk]) -> ModelOutput:
         if torch.get_num_threads() != self.num_threads:  # the step may run on another thread than the constructor
             set_threads(self.num_threads)
         host = pack_host(chunks, self.block_size, self.scratch_block)

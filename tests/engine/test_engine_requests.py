@@ -77,11 +77,11 @@ def test_failing_forward_fails_that_step_only(make_engine, monkeypatch):
     real = engine.runner.execute
     calls = {"n": 0}
 
-    def flaky(chunks, blocks):
+    def flaky(chunks):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("simulated device error")
-        return real(chunks, blocks)
+        return real(chunks)
 
     monkeypatch.setattr(engine.runner, "execute", flaky)
     results = run_all(engine)
