@@ -20,6 +20,7 @@ from tqdm import tqdm
 from eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
 from eval.bench.metrics import Record, counter_delta, ratios, summarize
 from eval.bench.workload import Request, make_requests
+from eval.run_info import cpu_model
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
 
 MODES = ("hetero", "isolated", "alternating", "hf")
@@ -158,17 +159,6 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
 def machine_info() -> dict:
     return {"cores": num_cores(), "cpu_model": cpu_model(), "torch": torch.__version__,
             "python": platform.python_version(), "cuda": torch.cuda.is_available()}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def format_table(bench: dict) -> str:

@@ -2,7 +2,6 @@
 measured copy bandwidth (the ceiling a decode step's weight reads are compared with)."""
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -11,15 +10,16 @@ import time
 
 import torch
 
+from eval.run_info import cpu_model, git_state, package_version
+
 PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-core", "faiss-cpu", "faiss-gpu",
             "flash-attn", "numpy")
 
 
 def machine_info() -> dict:
-    info = {"status": "ok", "python": platform.python_version(), "cpu": _cpu_model(), "cores": os.cpu_count(),
-            "cuda": torch.cuda.is_available(), "packages": {name: _version(name) for name in PACKAGES},
-            "faiss_gpu": _faiss_gpu(), "git_commit": _git("rev-parse", "HEAD"),
-            "git_dirty": bool(_git("status", "--porcelain"))}
+    info = {"status": "ok", "python": platform.python_version(), "cpu": cpu_model(), "cores": os.cpu_count(),
+            "cuda": torch.cuda.is_available(), "packages": {name: package_version(name) for name in PACKAGES},
+            "faiss_gpu": _faiss_gpu(), **git_state()}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
@@ -43,13 +43,6 @@ def copy_bandwidth_gb_s(num_bytes: int = 2**30, repeats: int = 10) -> float:
     return round(2 * num_bytes / median / 1e9, 1)
 
 
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _faiss_gpu() -> bool:
     if importlib.util.find_spec("faiss") is None:
         return False
@@ -58,20 +51,8 @@ def _faiss_gpu() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return platform.processor()
-
-
 def _nvidia_smi(field: str) -> str | None:
     return _output(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"])
-
-
-def _git(*args: str) -> str | None:
-    return _output(["git", *args])
 
 
 def _output(command: list[str]) -> str | None:
