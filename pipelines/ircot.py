@@ -1,15 +1,23 @@
-"""IRCoT: interleave retrieval with chain-of-thought, one reasoning sentence at a time.
+"""IRCoT: interleave retrieval with chain-of-thought, one reasoning sentence at a time (Trivedi et al., 2023).
 
-Retrieve k passages with the question; then repeat: write the next reasoning sentence from the passages so
-far, stop if it states the answer, else retrieve with that sentence (or, with `query=question+sentence`, the
-question and the sentence) and add the top k passages not seen yet (up to a cap). The reasoning is written
-as numbered lines ("1. ...", "2. ..."), and each step is started with its number, so the generator writes
-one more fact instead of ending its turn. Without a stated answer, the last
-sentence (or, with `final_reader`, a reader over all passages) gives the answer.
+Retrieve the top k passages for the question; then repeat, for up to `max_steps` steps: write the next
+reasoning sentence from the passages held, stop if it states the answer ("So the answer is: ..."), else
+retrieve the top k for that sentence and add those not held yet (0 to k new), up to `max_passages` in all.
+A reader then answers the question from all passages held. These are the published method's defaults
+(8 steps, a cap of 15 passages, whole paragraphs, a separate reader); k is chosen on the dev split.
 
-Two settings help a small generator read: with `demo_turns` the worked examples come as earlier turns of the
-chat, so their passages are not mistaken for this question's; with `best_last` the passages are listed best
-last, nearest the question. Both are on by default.
+Settings that depart from the paper, for comparison (each off by default):
+- `answer_from: chain` returns the chain's own stated answer when it states one (the reader answers otherwise).
+- `fresh: true` adds k passages not held yet at every step (instead of the new ones among the top k).
+- `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
+- `passage_order: best_last` lists passages best last, nearest the question. The default, `retrieval`, lists
+  them in the order they were retrieved, so each step's prompt extends the previous one and the engine's
+  prefix cache serves all but the new tail.
+
+Deliberate differences that stay: the reasoning is written as numbered lines ("1. ...", "2. ..."), each
+step started with its number, so a small generator writes one more fact instead of ending its turn; with
+`demo_turns` the worked examples are earlier turns of the chat; passages are cut at `passage_words` words
+(the corpus's paragraphs average 71, so most are whole).
 """
 from __future__ import annotations
 
@@ -21,25 +29,27 @@ from orthrus_rag.rag.answer import first_sentence
 from pipelines.prompts import load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
+ANSWER_FROM = ("reader", "chain")
+PASSAGE_ORDERS = ("retrieval", "best_last")
 
 
 @dataclass(kw_only=True)
 class IRCoT(Pipeline):
     """Interleaved retrieval and chain-of-thought; see the module docstring."""
 
-    k: int = 4
-    max_steps: int = 4
-    max_passages: int = 12
+    k: int = 4  # passages retrieved per query
+    max_steps: int = 8  # reasoning sentences at most
+    max_passages: int = 15  # cap on the passages held
     query: str = "sentence"  # the retrieval query after a step: sentence | question+sentence
-    fresh: bool = True  # each step adds k passages not seen yet (else: the new ones among its top k)
-    final_reader: bool = True  # no answer stated: a reader answers from all passages
+    fresh: bool = False  # each step adds k passages not held yet (else: the new ones among its top k)
+    answer_from: str = "reader"  # reader: a reader over all passages answers | chain: the chain's stated answer
+    passage_order: str = "retrieval"  # retrieval: as retrieved, prefix-cache friendly | best_last
     prompt: str = "ircot"
     reader_prompt: str = "qa_with_passages"
     demos: str = "bridge_demos.jsonl"
     num_demos: int = 4
     demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
-    best_last: bool = True  # list passages best last, nearest the question
-    passage_words: int = 50
+    passage_words: int = 120  # words of each passage shown
     max_tokens: int = 32
     reader_max_tokens: int = 32
 
@@ -47,8 +57,9 @@ class IRCoT(Pipeline):
         if self.max_steps < 1 or self.k < 1 or self.max_passages < 1:
             raise ValueError(f"k, max_steps and max_passages must be >= 1, got {self.k}, {self.max_steps}, "
                              f"{self.max_passages}")
-        if self.query not in QUERIES:
-            raise ValueError(f"query must be one of {QUERIES}, got {self.query!r}")
+        for name, allowed in (("query", QUERIES), ("answer_from", ANSWER_FROM), ("passage_order", PASSAGE_ORDERS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         self._template = load_prompt(self.prompt)
         self._reader = load_prompt(self.reader_prompt)
         self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
@@ -56,6 +67,7 @@ class IRCoT(Pipeline):
     async def answer(self, question: str) -> Answer:
         passages = (await self.retrieve(question, self.k))[: self.max_passages]
         reasoning: list[str] = []
+        stated = None
         for step in range(self.max_steps):
             sentence = await self._next_sentence(question, passages, reasoning)
             if not sentence or sentence in reasoning:  # nothing new to say: stop early
@@ -63,28 +75,29 @@ class IRCoT(Pipeline):
             reasoning.append(sentence)
             stated = find_answer(sentence)
             if stated is not None:
-                return Answer(question, stated, passages)
+                break
             if step + 1 < self.max_steps and len(passages) < self.max_passages:
                 passages = await self._retrieve_more(question, sentence, passages)
-        return Answer(question, await self._fallback(question, passages, reasoning), passages)
+        if stated is not None and self.answer_from == "chain":
+            return Answer(question, stated, passages)
+        return Answer(question, await self._read(question, passages), passages)
 
     async def _retrieve_more(self, question: str, sentence: str, passages: list[Passage]) -> list[Passage]:
-        """`passages` plus up to k more found with the sentence (k not seen yet, with `fresh`)."""
+        """`passages` plus those of the top k for the sentence not held yet (k not held yet, with `fresh`)."""
         query = sentence if self.query == "sentence" else f"{question} {sentence}"
         found = await self.retrieve(query, self.k + len(passages) if self.fresh else self.k)
         return add_new(passages, found, min(self.max_passages, len(passages) + self.k))
 
     async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         """The next reasoning sentence: the generator continues the numbered steps so far after the next number."""
-        shown = passages[::-1] if self.best_last else passages
+        shown = passages[::-1] if self.passage_order == "best_last" else passages
         messages = self._template.messages(question, shown, self._demos, self.passage_words, self.demo_turns)
         messages.append({"role": "assistant", "content": transcript(reasoning)})
         text = await self.reason(messages, SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
         return first_sentence(text.strip()).strip()
 
-    async def _fallback(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
-        if not self.final_reader:
-            return extract_answer(reasoning[-1]) if reasoning else ""
+    async def _read(self, question: str, passages: list[Passage]) -> str:
+        """The reader: a short answer to the question from all passages held."""
         prompt = self._reader.messages(question, passages, self._demos, self.passage_words, self.demo_turns)
         return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens)))
 

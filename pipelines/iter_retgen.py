@@ -1,7 +1,14 @@
-"""ITER-RETGEN: alternate retrieval and generation, each retrieval guided by the previous generation.
+"""ITER-RETGEN: alternate retrieval and generation, each retrieval guided by the previous generation (Shao et al., 2023).
 
-Iteration t retrieves a fresh top-k with the question plus the generation of iteration t-1, then
-generates a full answer (reasoning and answer) from those passages; the last generation is the answer.
+Iteration t retrieves a new top k with the question plus the generation of iteration t-1, then generates a
+full answer (chain-of-thought and answer) from those passages; the last generation's answer is returned, as
+in the paper. The answer's passages, which recall is scored on, are every passage the pipeline read: those of
+all iterations, in the order first retrieved (at most k times `iterations`).
+
+Deliberate differences: no generation-augmented retrieval adaptation (the paper's optional step that
+distils the reader's relevance into the retriever); the worked examples come as earlier chat turns
+(`demo_turns`); passages are cut at `passage_words` words. Each iteration's passages are new by design, so the
+prefix cache serves only the instruction and the worked examples across iterations.
 """
 from __future__ import annotations
 
@@ -32,11 +39,12 @@ class IterRetGen(Pipeline):
         self._demos = load_demos(self.demos, self.num_demos) if self.num_demos else []
 
     async def answer(self, question: str) -> Answer:
-        generation, passages = "", []
+        generation, read = "", {}
         for _ in range(self.iterations):
             passages = await self.retrieve(query_for(question, generation), self.k)
             generation = await self._generate(question, passages)
-        return Answer(question, extract_answer(generation, from_end=True), passages)
+            read.update((p.id, p) for p in passages if p.id not in read)
+        return Answer(question, extract_answer(generation, from_end=True), list(read.values()))
 
     async def _generate(self, question: str, passages: list[Passage]) -> str:
         prompt = self._template.messages(question, passages, self._demos, self.passage_words, self.demo_turns)

@@ -5,6 +5,12 @@ either "Follow up: <question>" or "So the final answer is: <answer>". A follow-u
 seen yet (up to a cap), a reader answers it from the passages it retrieved, and the transcript gains
 "Intermediate answer: <answer>." Without a final answer after `max_follow_ups`, a reader answers the
 question from all passages.
+
+Deliberate differences from the paper (Press et al., 2022), where a web search engine's answer box answers
+each follow-up: here a reader answers it from the retrieved passages; the question itself retrieves first,
+so a chain that answers at once still read passages; and the reader steps in when no final answer comes.
+The transcript prompt holds no passages, so each line's prompt extends the previous one and the prefix
+cache serves all but the new tail.
 """
 from __future__ import annotations
 

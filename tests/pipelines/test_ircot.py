@@ -11,14 +11,15 @@ def ids(result):
     return [p.id for p in result.passages]
 
 
-def sentence_only(retriever, reasoner, **settings):
-    return IRCoT(retriever, reasoner, final_reader=False, **settings)
+def chain(retriever, reasoner, **settings):
+    """IRCoT answering with the chain's stated answer, so a script needs no reader turn."""
+    return IRCoT(retriever, reasoner, answer_from="chain", **settings)
 
 
 async def test_stops_on_the_answer_sentence(retriever, script):
     reasoner = script([" Velmora was founded by Anton.", " Anton was born in Graz. He liked glass.",
                        " So the answer is: Graz.", "never used"])
-    result = await sentence_only(retriever, reasoner, k=2).answer(Q)
+    result = await chain(retriever, reasoner, k=2).answer(Q)
     assert result.prediction == "Graz"
     assert len(reasoner.calls) == 3
     assert retriever.queries == [Q, "Velmora was founded by Anton.", "Anton was born in Graz."]
@@ -27,13 +28,13 @@ async def test_stops_on_the_answer_sentence(retriever, script):
 
 async def test_the_query_can_be_the_question_then_the_sentence(retriever, script):
     reasoner = script([" Velmora was founded by Anton.", " So the answer is: Graz."])
-    await IRCoT(retriever, reasoner, k=2, query="question+sentence").answer(Q)
+    await chain(retriever, reasoner, k=2, query="question+sentence").answer(Q)
     assert retriever.queries == [Q, f"{Q} Velmora was founded by Anton."]
 
 
 async def test_each_step_continues_the_numbered_steps_after_the_next_number(retriever, script):
     reasoner = script(["First.", " Second.", "So the answer is: x."])
-    await IRCoT(retriever, reasoner, k=1, demo_turns=False).answer(Q)
+    await chain(retriever, reasoner, k=1, demo_turns=False).answer(Q)
     assert all(call.params.stop == ["\n"] for call in reasoner.calls)
     assert [m["role"] for m in reasoner.calls[0].input] == ["user", "assistant"]
     assert reasoner.calls[0].input[-1] == {"role": "assistant", "content": "1."}
@@ -46,41 +47,42 @@ def test_transcript_numbers_the_steps():
     assert transcript(["A is B.", "B is C."]) == "1. A is B.\n2. B is C.\n3."
 
 
-async def test_each_step_adds_k_passages_not_seen_yet(retriever, script):
+async def test_with_fresh_each_step_adds_k_passages_not_seen_yet(retriever, script):
     retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "a", "c", "e"),
                          "Step two.": passages("a", "d", "c", "e", "f")}
     reasoner = script(["Step one.", "Step two.", "So the answer is: d."])
-    result = await sentence_only(retriever, reasoner, k=2, best_last=False, demo_turns=False).answer(Q)
+    result = await chain(retriever, reasoner, k=2, fresh=True, demo_turns=False).answer(Q)
     assert ids(result) == ["a", "b", "c", "e", "d", "f"]
     assert [call.params for call in retriever.calls] == [2, 4, 6]  # k more than those already held
     last_prompt = reasoner.calls[2].input[0]["content"]
     assert "[6] Title f" in last_prompt and "[7]" not in last_prompt
 
 
-async def test_without_fresh_only_the_new_ones_among_the_top_k_are_added(retriever, script):
-    retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "c", "e")}
-    reasoner = script(["Step one.", "So the answer is: c."])
-    result = await sentence_only(retriever, reasoner, k=2, fresh=False).answer(Q)
-    assert ids(result) == ["a", "b", "c"]
+async def test_each_step_adds_only_the_new_ones_among_its_top_k(retriever, script):
+    retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "c", "e"), "Step two.": passages("a", "b")}
+    reasoner = script(["Step one.", "Step two.", "So the answer is: c."])
+    result = await chain(retriever, reasoner, k=2).answer(Q)
+    assert ids(result) == ["a", "b", "c"]  # step one adds one new passage, step two none
+    assert [call.params for call in retriever.calls] == [2, 2, 2]
 
 
 async def test_respects_the_passage_cap(retriever, script):
     reasoner = script(["One.", "Two.", "Three.", "So the answer is: z."])
-    result = await sentence_only(retriever, reasoner, k=5, max_passages=7).answer(Q)
+    result = await chain(retriever, reasoner, k=5, max_passages=7).answer(Q)
     assert len(result.passages) == 7
     assert ids(result)[5:] == ["One.#0", "One.#1"]
     assert retriever.queries == [Q, "One."]  # once full, no more retrieval
 
 
-async def test_stops_after_max_steps_and_answers_from_the_last_sentence(retriever, script):
-    reasoner = script(["A is B.", "B is C.", "C is in Oslo.", "unused"])
-    result = await sentence_only(retriever, reasoner, k=1, max_steps=3).answer(Q)
-    assert len(reasoner.calls) == 3
+async def test_stops_after_max_steps_and_the_reader_answers(retriever, script):
+    reasoner = script(["A is B.", "B is C.", "C is in Oslo.", "Oslo", "unused"])
+    result = await chain(retriever, reasoner, k=1, max_steps=3).answer(Q)
+    assert len(reasoner.calls) == 4
     assert retriever.queries == [Q, "A is B.", "B is C."]  # no retrieval after the last step
-    assert result.prediction == "C is in Oslo"
+    assert result.prediction == "Oslo"
 
 
-async def test_final_reader_answers_from_all_passages(retriever, script):
+async def test_the_reader_answers_from_all_passages(retriever, script):
     reasoner = script(["A is B.", "B is C.", "Oslo."])
     result = await IRCoT(retriever, reasoner, k=1, max_steps=2, query="sentence").answer(Q)
     assert result.prediction == "Oslo" and len(reasoner.calls) == 3
@@ -89,17 +91,25 @@ async def test_final_reader_answers_from_all_passages(retriever, script):
     assert "[2] A is B. 0" in reader_prompt
 
 
-async def test_final_reader_is_not_called_when_an_answer_was_stated(retriever, script):
+async def test_a_stated_answer_ends_the_loop_and_the_reader_answers(retriever, script):
+    reasoner = script(["A is B.", "So the answer is: B.", "C", "unused"])
+    result = await IRCoT(retriever, reasoner, k=1).answer(Q)
+    assert result.prediction == "C" and len(reasoner.calls) == 3
+    assert retriever.queries == [Q, "A is B."]
+    assert reasoner.calls[2].input[-1]["content"].rstrip().endswith("Answer:")
+
+
+async def test_with_answer_from_chain_the_stated_answer_is_returned(retriever, script):
     reasoner = script(["So the answer is: yes."])
-    result = await IRCoT(retriever, reasoner).answer(Q)
+    result = await IRCoT(retriever, reasoner, answer_from="chain").answer(Q)
     assert result.prediction == "yes" and len(reasoner.calls) == 1
 
 
 @pytest.mark.parametrize("outputs", [["", "unused"], [" \n", "unused"], ["Same.", "Same."]])
 async def test_stops_when_nothing_new_is_generated(retriever, script, outputs):
     reasoner = script(outputs + ["unused"] * 5)
-    await sentence_only(retriever, reasoner, max_steps=5).answer(Q)
-    assert len(reasoner.calls) == (1 if "unused" in outputs else 2)
+    await chain(retriever, reasoner, max_steps=5).answer(Q)
+    assert len(reasoner.calls) == (1 if "unused" in outputs else 2) + 1  # the steps, then the reader
 
 
 def test_bad_settings_are_rejected(retriever, script):
@@ -107,11 +117,15 @@ def test_bad_settings_are_rejected(retriever, script):
         IRCoT(retriever, script([]), max_steps=0)
     with pytest.raises(ValueError, match="query"):
         IRCoT(retriever, script([]), query="entities")
+    with pytest.raises(ValueError, match="answer_from"):
+        IRCoT(retriever, script([]), answer_from="last")
+    with pytest.raises(ValueError, match="passage_order"):
+        IRCoT(retriever, script([]), passage_order="random")
 
 
 async def test_demo_turns_put_each_worked_example_in_its_own_turns(retriever, script):
     reasoner = script(["So the answer is: Graz."])
-    pipeline = IRCoT(retriever, reasoner, k=1, num_demos=2, demo_turns=True)
+    pipeline = chain(retriever, reasoner, k=1, num_demos=2, demo_turns=True)
     await pipeline.answer(Q)
     messages = reasoner.calls[0].input
     assert [m["role"] for m in messages] == ["user", "assistant"] * 3
@@ -125,6 +139,17 @@ async def test_demo_turns_put_each_worked_example_in_its_own_turns(retriever, sc
 async def test_best_last_lists_the_best_passage_nearest_the_question(retriever, script):
     retriever.results = {Q: passages("a", "b", "c")}
     reasoner = script(["So the answer is: Graz."])
-    await IRCoT(retriever, reasoner, k=3, best_last=True, num_demos=0).answer(Q)
+    await chain(retriever, reasoner, k=3, passage_order="best_last", num_demos=0).answer(Q)
     prompt = reasoner.calls[0].input[0]["content"]
     assert prompt.index("Title c") < prompt.index("Title b") < prompt.index("Title a") < prompt.index(Q)
+
+
+async def test_in_retrieval_order_each_step_prompt_extends_the_previous_one(retriever, script):
+    """The prefix-cache layout: new passages are appended, so a step's prompt starts with the last one's passages."""
+    retriever.results = {Q: passages("a", "b"), "Step one.": passages("c", "a"), "Step two.": passages("d", "b")}
+    reasoner = script(["Step one.", "Step two.", "So the answer is: d."])
+    await chain(retriever, reasoner, k=2, num_demos=0).answer(Q)
+    prompts = [call.input[0]["content"] for call in reasoner.calls]
+    for before, after in zip(prompts, prompts[1:]):
+        passages_before = before[: before.index("Question:")].rstrip()
+        assert after.startswith(passages_before)

@@ -16,13 +16,13 @@ async def test_each_query_is_the_question_plus_the_previous_generation(retriever
     assert len(reasoner.calls) == 3
 
 
-async def test_passages_are_fresh_each_iteration(retriever, script):
-    retriever.results = {Q: passages("a", "b"), Q + " g1": passages("c", "d")}
+async def test_passages_are_fresh_each_iteration_and_all_read_are_reported(retriever, script):
+    retriever.results = {Q: passages("a", "b"), Q + " g1": passages("c", "a")}
     reasoner = script(["g1", "g2"])
     result = await IterRetGen(retriever, reasoner, k=2, iterations=2).answer(Q)
-    assert [p.id for p in result.passages] == ["c", "d"]
+    assert [p.id for p in result.passages] == ["a", "b", "c"]
     second_prompt = reasoner.calls[1].input[-1]["content"]
-    assert "Text of c." in second_prompt and "Text of a." not in second_prompt
+    assert "Text of c." in second_prompt and "Text of b." not in second_prompt
 
 
 async def test_answer_without_a_marker_comes_from_the_last_line(retriever, script):

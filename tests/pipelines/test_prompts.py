@@ -29,7 +29,7 @@ def test_ircot_prompt_with_fifteen_passages_fits_the_budget(tokenizer):
     shown = [Passage(str(i), f"Film Title {i}", text) for i in range(ircot.max_passages)]
     demos = load_demos(ircot.demos, limit=ircot.num_demos)
     prompt = load_prompt(ircot.prompt).render("Who?", shown, demos, ircot.passage_words)
-    assert len(tokenizer(prompt)["input_ids"]) < 1900  # about 1,800 on dense text; less on typical passages
+    assert len(tokenizer(prompt)["input_ids"]) < 4096  # ~3,400 on dense text: half of SmolLM2's 8,192 context
 
 
 def test_passages_are_cut_to_a_word_limit():

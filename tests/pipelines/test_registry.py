@@ -13,8 +13,8 @@ async def test_every_pipeline_builds_and_answers(name):
 
 
 def test_settings_are_passed_and_reported():
-    pipeline = build_pipeline("ircot", ScriptedRetriever(), ScriptedReasoner([]), k=3, final_reader=True)
-    assert pipeline.settings()["k"] == 3 and pipeline.settings()["final_reader"] is True
+    pipeline = build_pipeline("ircot", ScriptedRetriever(), ScriptedReasoner([]), k=3, answer_from="chain")
+    assert pipeline.settings()["k"] == 3 and pipeline.settings()["answer_from"] == "chain"
 
 
 def test_unknown_names_and_settings_are_clear_errors():
