@@ -23,7 +23,8 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the generator's max_position_embeddings
     # Paged KV cache.
     block_size: int = 16
-    num_kv_blocks: int = 2048
+    num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds
+    kv_memory_fraction: float = 0.8  # for num_kv_blocks=None on CUDA: share of free memory after the generator loads
     enable_prefix_caching: bool = True
     # Admission.
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
@@ -42,8 +43,10 @@ class EngineConfig:
             raise InvalidRequestError(f"runtime.load_format must be auto or dummy, got {self.load_format!r}",
                                       "load_format")
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
-            if int(getattr(self, name)) < 1:
+            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
+        if not 0 < self.kv_memory_fraction <= 1:
+            raise InvalidRequestError("runtime.kv_memory_fraction must be in (0, 1]", "kv_memory_fraction")
         if not 0 <= self.embed_min_share <= 1:
             raise InvalidRequestError("runtime.embed_min_share must be in [0, 1]", "embed_min_share")
         if self.step_time_target_s <= 0:

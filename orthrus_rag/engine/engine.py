@@ -38,7 +38,7 @@ class LLMEngine:
         self.tokenizer = self.runner.tokenizer
         self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device, config.load_format) \
             if config.embedder else None
-        self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.blocks = BlockManager(self.runner.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.blocks, make_policy(config))
         self.requests: dict[str, Sequence] = {}
         self.generators: dict[str, torch.Generator | None] = {}
@@ -120,6 +120,7 @@ class LLMEngine:
         start = time.perf_counter()
         out = self.runner.execute(sched.chunks) if sched.chunks else ModelOutput()
         self._sample(out)
+        self.runner.synchronize()  # the policy's cost model needs the step's real time, not its launch time
         return out, time.perf_counter() - start
 
     def _sample(self, out: ModelOutput) -> None:
@@ -136,6 +137,7 @@ class LLMEngine:
     def _run_embedder(self, sched: SchedulerOutput) -> tuple[dict, float]:
         start = time.perf_counter()
         vectors = self.embedder.embed(sched.embedder_seqs) if sched.embedder_seqs else {}
+        self.runner.synchronize()
         return vectors, time.perf_counter() - start
 
     def _chunk_output(self, chunk: ScheduledChunk, out: ModelOutput) -> StepOutput | None:
@@ -206,9 +208,9 @@ class LLMEngine:
             what = f"the input ({len(ids)} tokens)" + (f" plus max_tokens ({extra})" if extra else "")
             raise InvalidRequestError(f"{what} exceeds the model's context length of {limit} tokens; "
                                       "shorten the input or lower max_tokens", "input")
-        if -(-(len(ids) + extra) // self.config.block_size) > self.config.num_kv_blocks:
+        if -(-(len(ids) + extra) // self.config.block_size) > self.blocks.num_blocks:
             raise InvalidRequestError(f"the request needs more KV blocks than the pool holds "
-                                      f"({self.config.num_kv_blocks}); raise runtime.num_kv_blocks", "input")
+                                      f"({self.blocks.num_blocks}); raise runtime.num_kv_blocks", "input")
 
     # ---- introspection --------------------------------------------------------------------------------------
     def get_stats(self) -> dict:

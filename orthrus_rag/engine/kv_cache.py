@@ -9,6 +9,26 @@ from __future__ import annotations
 
 import torch
 
+CPU_KV_BLOCKS = 2048  # the pool's size on CPU when runtime.num_kv_blocks is unset
+
+
+def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Memory of one KV block: K and V rows of `block_size` tokens in every layer."""
+    return 2 * num_layers * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+
+
+def pool_size(device: torch.device, block_bytes: int, fraction: float, reserved_blocks: int) -> int:
+    """KV blocks for an unset `num_kv_blocks`: CPU_KV_BLOCKS on CPU; on CUDA as many as `fraction` of the free
+    device memory holds, less the `reserved_blocks` of scratch the runner adds."""
+    if device.type != "cuda":
+        return CPU_KV_BLOCKS
+    free, _ = torch.cuda.mem_get_info(device)
+    blocks = int(free * fraction) // block_bytes - reserved_blocks
+    if blocks < 1:
+        raise RuntimeError(f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free): set "
+                           "runtime.num_kv_blocks, raise runtime.kv_memory_fraction or use a smaller model")
+    return blocks
+
 
 class PagedKVCache:
     def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,

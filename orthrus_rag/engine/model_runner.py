@@ -6,7 +6,7 @@ import torch
 from orthrus_rag.engine import attention
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk
 from orthrus_rag.engine.config import EngineConfig
-from orthrus_rag.engine.kv_cache import PagedKVCache
+from orthrus_rag.engine.kv_cache import PagedKVCache, bytes_per_block, pool_size
 from orthrus_rag.engine.lora import AdapterRows, attach_embedding_adapter
 from orthrus_rag.engine.packing import pack_host, to_device
 from orthrus_rag.models import load_generator, resolve_device, resolve_dtype, set_threads
@@ -30,12 +30,21 @@ class ModelRunner:
         heads = text_config.num_attention_heads
         head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
         kv_heads = getattr(text_config, "num_key_value_heads", None) or heads
-        self.scratch_block = config.num_kv_blocks  # scratch blocks follow the pool: one step's KV-less chunks
         scratch = -(-config.max_num_batched_tokens // config.block_size) + config.max_num_seqs
         # On CPU the attention math runs in float32 (bf16 CPU attention kernels are several times slower).
         cache_dtype = torch.float32 if self.device.type == "cpu" else self.dtype
-        self.cache = PagedKVCache(text_config.num_hidden_layers, (config.num_kv_blocks + scratch) * config.block_size,
-                                  kv_heads, head_dim, cache_dtype, self.device)
+        layers = text_config.num_hidden_layers
+        self.num_kv_blocks = config.num_kv_blocks or pool_size(
+            self.device, bytes_per_block(layers, config.block_size, kv_heads, head_dim, cache_dtype),
+            config.kv_memory_fraction, scratch)
+        self.scratch_block = self.num_kv_blocks  # scratch blocks follow the pool: one step's KV-less chunks
+        self.cache = PagedKVCache(layers, (self.num_kv_blocks + scratch) * config.block_size, kv_heads, head_dim,
+                                  cache_dtype, self.device)
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work, so a step's measured time is its real time (no-op on CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk]) -> ModelOutput:

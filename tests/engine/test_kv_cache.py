@@ -1,0 +1,40 @@
+import pytest
+import torch
+
+from orthrus_rag.engine import kv_cache
+from orthrus_rag.engine.kv_cache import CPU_KV_BLOCKS, bytes_per_block, pool_size
+from tests.engine.conftest import run_all
+
+
+def test_bytes_per_block_counts_k_and_v_of_every_layer():
+    # SmolLM2-135M: 30 layers, 3 KV heads of 64; float32 cache, 16-token blocks
+    assert bytes_per_block(30, 16, 3, 64, torch.float32) == 2 * 30 * 16 * 3 * 64 * 4
+    assert bytes_per_block(30, 16, 3, 64, torch.bfloat16) == 2 * 30 * 16 * 3 * 64 * 2
+
+
+def test_unset_pool_on_cpu_has_the_cpu_default():
+    assert pool_size(torch.device("cpu"), 1000, 0.8, 10) == CPU_KV_BLOCKS
+
+
+def test_unset_pool_on_cuda_takes_its_share_of_free_memory(monkeypatch):
+    monkeypatch.setattr(kv_cache.torch.cuda, "mem_get_info", lambda device: (10_000_000, 20_000_000))
+    assert pool_size(torch.device("cuda"), 1000, 0.8, 10) == 8000 - 10
+    with pytest.raises(RuntimeError, match="num_kv_blocks"):
+        pool_size(torch.device("cuda"), 1000, 0.0001, 10)
+
+
+def test_engine_sizes_an_unset_pool_and_admits_by_the_resolved_size(make_engine):
+    engine = make_engine(num_kv_blocks=None)
+    assert engine.blocks.num_blocks == CPU_KV_BLOCKS == engine.get_stats()["kv_blocks_total"]
+
+
+def test_step_times_are_read_after_the_device_is_synchronised(make_engine, monkeypatch):
+    from orthrus_rag.engine import SamplingParams
+
+    engine = make_engine()
+    calls = []
+    monkeypatch.setattr(engine.runner, "synchronize", lambda: calls.append("sync"))
+    engine.add_request("g", [5, 6, 7], SamplingParams(max_tokens=2))
+    engine.step()
+    assert calls == ["sync", "sync"]  # after the embedder's share (none here) and after the generator's forward
+    run_all(engine)
