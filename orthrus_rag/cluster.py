@@ -1,4 +1,5 @@
-"""Ray, for scale-out only: joining a cluster, and one lock for index builds shared by every process on a machine.
+"""Ray, for scale-out only: joining a cluster, one lock for index builds shared by every process on a machine, and
+the engines' counters added up.
 
 Single-process serving and experiments never import this module's Ray parts: `connect` imports ray when called.
 """
@@ -42,3 +43,18 @@ def index_lock() -> FileLock:
     folder = cache_dir() / "indexes"
     folder.mkdir(parents=True, exist_ok=True)
     return FileLock(str(folder / ".build.lock"))
+
+
+def summed_stats(rows: list[dict]) -> dict:
+    """The counters of several engines added key by key (nested dicts too); other values (policy and backend
+    names) from the first engine."""
+    total: dict = {}
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, dict):
+                total[key] = summed_stats([total.get(key, {}), value])
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+            else:
+                total.setdefault(key, value)
+    return total

@@ -31,6 +31,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
 
+from orthrus_rag.cluster import summed_stats
 from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
@@ -92,20 +93,6 @@ def board_name(app_name: str) -> str:
     return f"{app_name}-stats"
 
 
-def summed(rows: list[dict]) -> dict:
-    """Counters added key by key (nested dicts too); other values (policy, backend names) from the first row."""
-    total: dict = {}
-    for row in rows:
-        for key, value in row.items():
-            if isinstance(value, dict):
-                total[key] = summed([total.get(key, {}), value])
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                total[key] = total.get(key, 0) + value
-            else:
-                total.setdefault(key, value)
-    return total
-
-
 class ReplicaCollector:
     """`orthrus_replicas`, and per replica `orthrus_replica_running_requests` and `orthrus_replica_engine_steps`."""
 
@@ -162,7 +149,7 @@ class ReplicaClient:
 
     def stats(self) -> dict:
         """The replicas' counters, summed, as of the last poll (every STATS_PERIOD_S)."""
-        return summed(list(self.replica_stats.values()))
+        return summed_stats(list(self.replica_stats.values()))
 
     def shutdown(self) -> None:
         """Nothing to do: Ray Serve stops the replicas."""

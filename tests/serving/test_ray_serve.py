@@ -131,21 +131,38 @@ def test_a_disconnected_stream_is_aborted_on_its_replica(ray_url):
 async def test_killing_a_replica_gives_503s_then_it_comes_back(ray_url):
     import ray
 
-    body = {"prompt": "Count:", "max_tokens": 64, "ignore_eos": True, "temperature": 0}
-    victim = replica_names(APP)[0]
+    body = {"prompt": "Count:", "max_tokens": 200, "ignore_eos": True, "temperature": 0}
+    names = replica_names(APP)
+    victim = names[0]
     async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:
         load = [asyncio.ensure_future(client.post("/v1/completions", json=body)) for _ in range(50)]
         await asyncio.sleep(1.0)
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
         replies = await asyncio.gather(*load)
     statuses = [r.status_code for r in replies]
-    assert set(statuses) <= {200, 503} and 200 in statuses, statuses
+    assert set(statuses) == {200, 503}, statuses  # the survivor's requests finish, the victim's get a 503
     for reply in replies:
         if reply.status_code == 503:
             assert reply.json()["error"]["code"] == "replica_unavailable"
+    async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:  # before the replacement is up
+        meanwhile = await asyncio.gather(*(client.post("/v1/completions", json={**body, "max_tokens": 4})
+                                           for _ in range(10)))
+    assert [r.status_code for r in meanwhile] == [200] * 10  # the router no longer picks the dead replica
     wait_until(lambda: len(replica_names(APP)) == 2 and victim not in replica_names(APP)
                and metric(ray_url, "orthrus_replicas").get("") == 2, 90, "the replica was not replaced")
-    async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:
+    async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:  # the new replica serves too
         later = await asyncio.gather(*(client.post("/v1/completions", json={**body, "max_tokens": 4})
                                        for _ in range(10)))
     assert [r.status_code for r in later] == [200] * 10
+    (new,) = set(replica_names(APP)) - {victim, *names}
+    time.sleep(1.0)  # a stats period
+    assert metric(ray_url, "orthrus_replica_engine_steps")[f'replica="{new.rsplit("#", 1)[-1]}"'] > 0
+
+
+def test_replicas_must_be_positive(monkeypatch, capsys):
+    from orthrus_rag.serving.cli import main
+
+    monkeypatch.setattr("sys.argv", ["orthrus-rag-serve", "server.replicas=0", "model.name=/nowhere"])
+    with pytest.raises(SystemExit):
+        main()
+    assert "server.replicas: Input should be greater than or equal to 1" in capsys.readouterr().err
