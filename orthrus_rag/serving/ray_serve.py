@@ -193,7 +193,8 @@ class ServeEngineReplica(EngineReplica):
 
 
 class OpenAIIngress:
-    """The ingress deployment: the project's FastAPI app over a ReplicaClient (built once the replicas answer)."""
+    """The ingress deployment: the project's FastAPI app over a ReplicaClient, built once every replica is up (so
+    that a client who waits for /health finds them all)."""
 
     def __init__(self, engine: DeploymentHandle, spec: ReplicaSpec, settings: ServerSettings, board: str):
         self.engine, self.spec, self.settings, self.board = engine, spec, settings, board
@@ -201,12 +202,20 @@ class OpenAIIngress:
     async def __serve_build_asgi_app__(self):
         from orthrus_rag.serving.app import create_app
 
-        info = await self.engine.info.remote()
-        client = ReplicaClient(self.engine, self.spec, info, ray.get_actor(self.board, namespace=NAMESPACE))
+        board = ray.get_actor(self.board, namespace=NAMESPACE)
+        while len(await board.live.remote(STATS_MAX_AGE_S)) < self.settings.replicas:  # /health waits for them all
+            await asyncio.sleep(STATS_PERIOD_S)
+        client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board)
         self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
         app = create_app(client, self.settings, client.rag if self.spec.rag else None, owns_engine=False)
         app.state.server.metrics.registry.register(ReplicaCollector(client))
         return app
+
+
+def logging_config(settings: ServerSettings) -> dict:
+    """server.log_level for Ray Serve's logs; one line per request (its access log) at info and debug, as uvicorn."""
+    level = settings.log_level.upper()
+    return {"log_level": level, "enable_access_log": level in ("DEBUG", "INFO")}
 
 
 def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME):
@@ -214,10 +223,11 @@ def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP
     options = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
     engines = serve.deployment(ServeEngineReplica, name="EngineReplica", num_replicas=settings.replicas,
                                ray_actor_options=options, max_ongoing_requests=REPLICA_MAX_ONGOING,
+                               logging_config=logging_config(settings),
                                health_check_period_s=HEALTH_CHECK_PERIOD_S,
                                graceful_shutdown_timeout_s=settings.timeout_graceful_shutdown or 0)
     ingress = serve.deployment(serve.ingress()(OpenAIIngress), name="Ingress", ray_actor_options={"num_cpus": 0},
-                               max_ongoing_requests=INGRESS_MAX_ONGOING)
+                               max_ongoing_requests=INGRESS_MAX_ONGOING, logging_config=logging_config(settings))
     return ingress.bind(engines.bind(spec, board_name(app_name)), spec, settings, board_name(app_name))
 
 
@@ -225,7 +235,7 @@ def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME
     """Start Ray Serve's HTTP proxy on server.host:server.port and run the application (in a connected Ray)."""
     StatsBoard.options(name=board_name(app_name), namespace=NAMESPACE, lifetime="detached",
                        get_if_exists=True).remote()
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=logging_config(settings))
     serve.run(application(spec, settings, app_name), name=app_name, route_prefix="/")
 
 
