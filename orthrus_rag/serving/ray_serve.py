@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +27,7 @@ import ray
 from prometheus_client.core import GaugeMetricFamily, Metric
 from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
-from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
+from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
 
 from orthrus_rag.cluster import summed_stats
@@ -40,8 +39,6 @@ from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
 
-log = logging.getLogger("orthrus_rag.serving")
-
 APP_NAME = "orthrus-rag"
 NAMESPACE = "orthrus_rag"  # where the stats actor lives
 STATS_PERIOD_S = 0.5
@@ -49,7 +46,7 @@ STATS_MAX_AGE_S = 3.0
 INGRESS_MAX_ONGOING = 4096  # HTTP requests in flight on the ingress (Ray Serve's default, 5, would queue the rest)
 REPLICA_MAX_ONGOING = 1024  # calls in flight on one replica: the engine batches them (runtime.max_waiting bounds it)
 HEALTH_CHECK_PERIOD_S = 2.0
-UNAVAILABLE = (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError, BackPressureError)
+UNAVAILABLE = (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError)  # the replica died or went away
 
 
 # ---- errors -------------------------------------------------------------------------------------------------------
@@ -188,8 +185,10 @@ class ServeEngineReplica(EngineReplica):
             await asyncio.sleep(STATS_PERIOD_S)
 
     def __del__(self) -> None:  # Ray Serve calls it when the replica is stopped
-        self._pusher.cancel()
-        self.shutdown()
+        if hasattr(self, "_pusher"):
+            self._pusher.cancel()
+        if hasattr(self, "engine"):
+            self.shutdown()
 
 
 class OpenAIIngress:
