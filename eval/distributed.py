@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from eval.experiment import RunOutput, answer_with, pipeline_for
 from orthrus_rag.cluster import connect, index_lock, summed_stats
-from orthrus_rag.stack import IndexSource, engine_config, start_engine
+from orthrus_rag.stack import IndexSource, UserError, engine_config, start_engine
 
 
 class ExperimentWorker:
@@ -23,10 +23,10 @@ class ExperimentWorker:
 
     def __init__(self, config: dict):
         self.cfg = OmegaConf.create(config)
-        self.engine = start_engine(engine_config(self.cfg))
-        self.pipeline = None
+        self.engine = self.pipeline = None
 
     async def prepare(self, source: IndexSource) -> None:
+        self.engine = start_engine(engine_config(self.cfg))
         with index_lock():
             self.pipeline = await pipeline_for(self.cfg, self.engine, source)
 
@@ -34,7 +34,8 @@ class ExperimentWorker:
         return await answer_with(self.cfg, self.engine, self.pipeline, questions)
 
     def shutdown(self) -> None:
-        self.engine.shutdown()
+        if self.engine is not None:
+            self.engine.shutdown()
 
 
 def answer_distributed(cfg: DictConfig, source: IndexSource, questions: list, workers: int) -> RunOutput:
@@ -42,15 +43,25 @@ def answer_distributed(cfg: DictConfig, source: IndexSource, questions: list, wo
     actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, cfg, workers))(ExperimentWorker)
     actors = [actor.remote(OmegaConf.to_container(cfg, resolve=True)) for _ in range(workers)]
     try:
-        ray.get([a.prepare.remote(source) for a in actors])
+        _get(ray, [a.prepare.remote(source) for a in actors])
         start = time.perf_counter()
-        shards = ray.get([a.answer.remote(questions[i::workers]) for i, a in enumerate(actors)])
+        shards = _get(ray, [a.answer.remote(questions[i::workers]) for i, a in enumerate(actors)])
         wall_s = time.perf_counter() - start
-        ray.get([a.shutdown.remote() for a in actors])
+        _get(ray, [a.shutdown.remote() for a in actors])
     finally:
         for a in actors:
             ray.kill(a)
     return merged(questions, shards, wall_s)
+
+
+def _get(ray, refs: list) -> list:
+    """The actors' results; a mistake in the config (a UserError in an actor) is reported as in a local run."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, UserError):
+            raise error.cause from None
+        raise
 
 
 def merged(questions: list, shards: list[RunOutput], wall_s: float) -> RunOutput:

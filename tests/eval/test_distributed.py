@@ -48,3 +48,11 @@ def test_workers_must_be_a_positive_integer(run_app, tiny_models, tmp_path, caps
     with pytest.raises(SystemExit):
         run_app(main, "orthrus-rag", *tiny_models, "workers=0", f"hydra.run.dir={tmp_path}")
     assert "workers: expected a positive integer" in capsys.readouterr().err
+
+
+def test_a_missing_model_on_a_worker_is_a_one_line_error(ray_cluster, run_app, tiny_models, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_app(main, "orthrus-rag", *tiny_models, "model.name=/nowhere/model", "workers=2",
+                f"hydra.run.dir={tmp_path / 'run'}")
+    err = capsys.readouterr().err
+    assert "orthrus-rag: error:" in err and "/nowhere/model" in err and "Traceback" not in err
