@@ -38,6 +38,7 @@ from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
+from orthrus_rag.stack import UserError
 
 APP_NAME = "orthrus-rag"
 NAMESPACE = "orthrus_rag"  # where the stats actor lives
@@ -46,6 +47,7 @@ STATS_MAX_AGE_S = 3.0
 INGRESS_MAX_ONGOING = 4096  # HTTP requests in flight on the ingress (Ray Serve's default, 5, would queue the rest)
 REPLICA_MAX_ONGOING = 1024  # calls in flight on one replica: the engine batches them (runtime.max_waiting bounds it)
 HEALTH_CHECK_PERIOD_S = 2.0
+CONSTRUCTOR_RETRIES = 2  # a replica that cannot start is almost always a config mistake: fail fast and say why
 UNAVAILABLE = (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError)  # the replica died or went away
 
 
@@ -223,6 +225,7 @@ def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP
     engines = serve.deployment(ServeEngineReplica, name="EngineReplica", num_replicas=settings.replicas,
                                ray_actor_options=options, max_ongoing_requests=REPLICA_MAX_ONGOING,
                                logging_config=logging_config(settings),
+                               max_constructor_retry_count=CONSTRUCTOR_RETRIES,
                                health_check_period_s=HEALTH_CHECK_PERIOD_S,
                                graceful_shutdown_timeout_s=settings.timeout_graceful_shutdown or 0)
     ingress = serve.deployment(serve.ingress()(OpenAIIngress), name="Ingress", ray_actor_options={"num_cpus": 0},
@@ -235,7 +238,23 @@ def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME
     StatsBoard.options(name=board_name(app_name), namespace=NAMESPACE, lifetime="detached",
                        get_if_exists=True).remote()
     serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=logging_config(settings))
-    serve.run(application(spec, settings, app_name), name=app_name, route_prefix="/")
+    try:
+        serve.run(application(spec, settings, app_name), name=app_name, route_prefix="/")
+    except RuntimeError as error:  # a replica failed to start
+        raise UserError(f"the engine replicas did not start: {_failure(app_name) or error}") from error
+
+
+def _failure(app_name: str) -> str | None:
+    """The error a failed deployment's replica raised (the last line of its message): a UserError's own message,
+    or the exception with a hint."""
+    with contextlib.suppress(Exception):
+        for deployment in serve.status().applications[app_name].deployments.values():
+            lines = [line.strip() for line in deployment.message.splitlines() if line.strip()]
+            if deployment.status == "DEPLOY_FAILED" and lines:
+                user_error = f"{UserError.__module__}.{UserError.__name__}: "
+                return lines[-1].removeprefix(user_error) if lines[-1].startswith(user_error) else (
+                    f"{lines[-1]} (the replicas' logs above say more; check model.name, embedder.name, runtime.*)")
+    return None
 
 
 def undeploy(app_name: str = APP_NAME) -> None:
