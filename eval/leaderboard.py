@@ -3,6 +3,7 @@
     python -m eval.leaderboard                                          # run every row, then rebuild
     python -m eval.leaderboard --rows ircot,standard_rag                # run these rows, then rebuild
     python -m eval.leaderboard --from-results leaderboard/results       # rebuild from the committed results
+    python -m eval.leaderboard workers=4                                # each row over 4 Ray actors
 
 A run writes each row's results.json (see DESIGN.md) to `leaderboard/results/<row>.json` and then rebuilds the
 table from that folder, so `--from-results leaderboard/results` gives the same file byte for byte. The header
@@ -91,15 +92,21 @@ def save_row(source: Path, target: Path) -> Path:
 
 # ---- the table --------------------------------------------------------------------------------------------------
 def config_text(config: dict) -> str:
-    """The row's settings: every pipeline setting, models, split, limit, concurrency and policy."""
+    """The row's settings: every pipeline setting, models, split, limit, concurrency, policy (and workers)."""
     settings = [f"{k}={v}" for k, v in config.get("pipeline", {}).items() if k != "name"]
     data = config.get("dataset", {})
     runtime = config.get("runtime", {})
     parts = [" ".join(settings) or "-",
              f"{config.get('model', {}).get('name', '?')} + {config.get('embedder', {}).get('name') or 'backbone'}",
              f"split={data.get('split')} limit={data.get('limit')}",
-             f"concurrency={config.get('concurrency')} policy={runtime.get('policy')}"]
+             f"concurrency={config.get('concurrency')} policy={runtime.get('policy')}" + _workers_text(config)]
     return "; ".join(parts)
+
+
+def _workers_text(config: dict, form: str = " workers={}") -> str:
+    """`form` for a row run over N Ray actors; nothing for a local run (and rows from before `workers` existed)."""
+    workers = config.get("workers", 1)
+    return form.format(workers) if workers != 1 else ""
 
 
 def metric_cell(results: dict, key: str) -> str:
@@ -135,7 +142,7 @@ def runtime_fact(r: dict) -> str:
     threads = runtime.get("num_threads") or "torch's default"
     return (f"dtype {runtime.get('dtype')}, device {runtime.get('device')}, torch threads {threads}, "
             f"policy {runtime.get('policy')}, max_num_batched_tokens {runtime.get('max_num_batched_tokens')}, "
-            f"concurrency {_get(r, 'config', 'concurrency')}")
+            f"concurrency {_get(r, 'config', 'concurrency')}" + _workers_text(r.get("config", {}), " workers {}"))
 
 
 def corpus_fact(r: dict) -> str:

@@ -80,3 +80,13 @@ def tiny_encoder_dir(tmp_path_factory, minilm_path) -> Path:
     folder = tmp_path_factory.mktemp("tiny-encoder")
     st.save(str(folder))
     return folder
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster of 2 CPUs for the scale-out tests, started by the first test that asks for it."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -47,6 +47,10 @@ class ServerSettings(BaseModel):
     timeout_graceful_shutdown: float | None = 30.0  # seconds to let in-flight requests finish on shutdown
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rag: RagSettings = Field(default_factory=RagSettings)
+    replicas: int = Field(1, ge=1)  # engine replicas; >1 serves on Ray Serve (orthrus_rag/serving/ray_serve.py)
+    ray_address: str | None = None  # the Ray cluster to join; None: a local one (replicas>1 only)
+    num_cpus: float = Field(1.0, ge=0)  # CPUs Ray reserves for each replica
+    num_gpus: float = Field(0.0, ge=0)  # GPUs Ray gives each replica (1: one accelerator per engine)
 
     @classmethod
     def from_config(cls, values: dict[str, Any]) -> ServerSettings:

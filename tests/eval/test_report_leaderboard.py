@@ -66,6 +66,28 @@ def test_from_results(tmp_path):
     assert "- Machine: not recorded" in out.read_text()
 
 
+def test_a_row_run_over_ray_workers_says_so(tmp_path):
+    r = full_results("ircot", 0.1, "2026-12-01T00:00:00")
+    r["config"]["workers"] = 3
+    assert leaderboard.config_text(r["config"]).endswith("concurrency=16 policy=adaptive workers=3")
+    assert leaderboard.runtime_fact(r).endswith("concurrency 16 workers 3")
+
+
+def test_workers_reach_every_row_run(tmp_path, monkeypatch, capsys):
+    from hydra import compose, initialize_config_dir
+
+    from orthrus_rag.cli.common import CONF_DIR
+
+    calls = []
+    monkeypatch.setattr(leaderboard.subprocess, "run",
+                        lambda args, **kw: calls.append(args) or type("Done", (), {"returncode": 1})())
+    with pytest.raises(SystemExit):
+        main(["--rows", "ircot", "--runs", str(tmp_path), "--out", str(tmp_path / "x.md"), "workers=2"])
+    assert calls[0][-1] == "workers=2" and "+experiment=leaderboard/ircot" in calls[0]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        assert compose("config", overrides=["+experiment=leaderboard/ircot", "workers=2"]).workers == 2
+
+
 def test_rebuild_is_byte_for_byte_and_reads_the_header_from_the_runs(tmp_path):
     folder = write_rows(tmp_path / "results", {
         "ircot": full_results("ircot", 0.2, "2026-12-01T10:00:00+00:00"),

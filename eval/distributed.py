@@ -1,0 +1,77 @@
+"""`orthrus-rag workers=N`: one experiment's questions spread over N Ray actors, merged back in question order.
+
+Each actor builds its own engine, index and pipeline through `orthrus_rag.stack`, exactly as a local run does (the
+index is built once per machine and loaded by the others). Every actor first gets ready; then all answer at once,
+question i going to actor i % N, each `concurrency` questions at a time. The merged run has the local run's shape:
+answers in question order, the wall time of the answering phase (ready to last answer), and the engines' counters
+summed. Ray joins the cluster at `$RAY_ADDRESS` when set, else starts a local one; each actor reserves one CPU and,
+when the cluster has a GPU for every actor and runtime.device is not cpu, one GPU.
+"""
+from __future__ import annotations
+
+import time
+
+from omegaconf import DictConfig, OmegaConf
+
+from eval.experiment import RunOutput, answer_with, pipeline_for
+from orthrus_rag.cluster import connect, index_lock, summed_stats
+from orthrus_rag.stack import IndexSource, UserError, engine_config, start_engine
+
+
+class ExperimentWorker:
+    """One engine and pipeline in a Ray actor (async: the engine's calls run on the actor's event loop)."""
+
+    def __init__(self, config: dict):
+        self.cfg = OmegaConf.create(config)
+        self.engine = self.pipeline = None
+
+    async def prepare(self, source: IndexSource) -> None:
+        self.engine = start_engine(engine_config(self.cfg))
+        with index_lock():
+            self.pipeline = await pipeline_for(self.cfg, self.engine, source)
+
+    async def answer(self, questions: list) -> RunOutput:
+        return await answer_with(self.cfg, self.engine, self.pipeline, questions)
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+
+
+def answer_distributed(cfg: DictConfig, source: IndexSource, questions: list, workers: int) -> RunOutput:
+    ray = connect(None)
+    actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, cfg, workers))(ExperimentWorker)
+    actors = [actor.remote(OmegaConf.to_container(cfg, resolve=True)) for _ in range(workers)]
+    try:
+        _get(ray, [a.prepare.remote(source) for a in actors])
+        start = time.perf_counter()
+        shards = _get(ray, [a.answer.remote(questions[i::workers]) for i, a in enumerate(actors)])
+        wall_s = time.perf_counter() - start
+        _get(ray, [a.shutdown.remote() for a in actors])
+    finally:
+        for a in actors:
+            ray.kill(a)
+    return merged(questions, shards, wall_s)
+
+
+def _get(ray, refs: list) -> list:
+    """The actors' results; a mistake in the config (a UserError in an actor) is reported as in a local run."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, UserError):
+            raise error.cause from None
+        raise
+
+
+def merged(questions: list, shards: list[RunOutput], wall_s: float) -> RunOutput:
+    """The shards of `questions[i::N]` back in question order, the engines' counters summed."""
+    answers = [None] * len(questions)
+    for i, shard in enumerate(shards):
+        answers[i::len(shards)] = shard.answers
+    return RunOutput(questions, answers, wall_s, summed_stats([s.engine_stats for s in shards]))
+
+
+def _gpus_per_worker(ray, cfg: DictConfig, workers: int) -> int:
+    device = cfg.runtime.get("device", "auto")
+    return int(device != "cpu" and ray.cluster_resources().get("GPU", 0) >= workers)

@@ -1,0 +1,287 @@
+"""`orthrus-rag-serve server.replicas=N` (N > 1): the same API as a Ray Serve application.
+
+    HTTP -> Ray Serve proxy -> ingress (1 replica, no CPU reserved): the FastAPI app of `create_app`, whose engine
+                               is a ReplicaClient
+                            -> EngineReplica x N (server.num_cpus / server.num_gpus each): one AsyncEngine each,
+                               with its own /v1/rag index and pipelines (orthrus_rag/serving/replica.py)
+
+Ray Serve's router picks the replica of every call. Streams come back through `handle.options(stream=True)`. A call
+the ingress stops waiting for (its client went away) is cancelled on its replica, and the engine there aborts the
+request. A replica that dies fails the calls it held with a 503 (`replica_unavailable`); Ray Serve starts a new one.
+
+`/metrics` and `/health`: the engine families (`orthrus_tokens`, `orthrus_running_requests`, ...) are the SUM over
+the live replicas. Each replica pushes its counters to a small stats actor every STATS_PERIOD_S; a replica silent for
+STATS_MAX_AGE_S no longer counts. More families: `orthrus_replicas` (replicas reporting), and with a `replica` label
+`orthrus_replica_running_requests` and `orthrus_replica_engine_steps`. A replaced replica's counters restart at zero.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import ray
+from prometheus_client.core import GaugeMetricFamily, Metric
+from ray import serve
+from ray.exceptions import RayActorError, RayTaskError
+from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+from orthrus_rag.cluster import summed_stats
+from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
+from orthrus_rag.engine.output import StepOutput
+from orthrus_rag.engine.protocol import Prompt
+from orthrus_rag.rag import Answer
+from orthrus_rag.serving.errors import APIError
+from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
+from orthrus_rag.serving.settings import ServerSettings
+from orthrus_rag.stack import UserError
+
+APP_NAME = "orthrus-rag"
+NAMESPACE = "orthrus_rag"  # where the stats actor lives
+STATS_PERIOD_S = 0.5
+STATS_MAX_AGE_S = 3.0
+INGRESS_MAX_ONGOING = 4096  # HTTP requests in flight on the ingress (Ray Serve's default, 5, would queue the rest)
+REPLICA_MAX_ONGOING = 1024  # calls in flight on one replica: the engine batches them (runtime.max_waiting bounds it)
+HEALTH_CHECK_PERIOD_S = 2.0
+CONSTRUCTOR_RETRIES = 2  # a replica that cannot start is almost always a config mistake: fail fast and say why
+UNAVAILABLE = (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError)  # the replica died or went away
+
+
+# ---- errors -------------------------------------------------------------------------------------------------------
+def translated(err: BaseException) -> BaseException:
+    """The error a replica call failed with, as the routes know it: the replica's own exception (an EngineError,
+    a RagInputError, ...) unwrapped from Ray's, or a 503 when the replica is gone."""
+    if isinstance(err, RayTaskError) and isinstance(err.cause, Exception):
+        return translated(err.cause)
+    if isinstance(err, UNAVAILABLE):
+        return APIError(503, f"the engine replica serving this request stopped ({type(err).__name__}); Ray Serve is "
+                             "replacing it: retry the request", "server_error", code="replica_unavailable")
+    return err
+
+
+@contextlib.contextmanager
+def _translating() -> Iterator[None]:
+    try:
+        yield
+    except (RayTaskError, *UNAVAILABLE) as err:
+        raise translated(err) from err
+
+
+# ---- replica counters -----------------------------------------------------------------------------------------------
+@ray.remote(num_cpus=0)
+class StatsBoard:
+    """The latest `engine.stats()` of each replica, with when it came."""
+
+    def __init__(self):
+        self.rows: dict[str, tuple[float, dict]] = {}
+
+    def put(self, replica: str, stats: dict) -> None:
+        self.rows[replica] = (time.monotonic(), stats)
+
+    def live(self, max_age_s: float) -> dict[str, dict]:
+        now = time.monotonic()
+        self.rows = {r: row for r, row in self.rows.items() if now - row[0] <= max_age_s}
+        return {r: stats for r, (_, stats) in self.rows.items()}
+
+
+def board_name(app_name: str) -> str:
+    return f"{app_name}-stats"
+
+
+class ReplicaCollector:
+    """`orthrus_replicas`, and per replica `orthrus_replica_running_requests` and `orthrus_replica_engine_steps`."""
+
+    def __init__(self, client: ReplicaClient):
+        self.client = client
+
+    def collect(self) -> Iterator[Metric]:
+        rows = self.client.replica_stats
+        yield GaugeMetricFamily("orthrus_replicas", "Engine replicas reporting their counters", len(rows))
+        running = GaugeMetricFamily("orthrus_replica_running_requests", "Requests running on each replica",
+                                    labels=["replica"])
+        steps = GaugeMetricFamily("orthrus_replica_engine_steps", "Engine steps run by each replica",
+                                  labels=["replica"])
+        for replica, stats in sorted(rows.items()):
+            running.add_metric([replica], stats.get("running", 0))
+            steps.add_metric([replica], stats.get("steps", 0))
+        yield running
+        yield steps
+
+
+# ---- the ingress's engine -------------------------------------------------------------------------------------------
+class ReplicaClient:
+    """The engine as the routes see it (EngineLike, plus `stream_outputs`, `embedding_dim`, `config`), each call
+    forwarded to one engine replica through Ray Serve."""
+
+    def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any):
+        self.handle, self.config, self.board = handle, spec.engine, board
+        self.tokenizer, self._dims = info.tokenizer, info.embedding_dims
+        self.replica_stats: dict[str, dict] = {}
+
+    async def generate(self, prompt: Prompt, params: SamplingParams | None = None) -> GenerateOutput:
+        return await self._call(self.handle.generate.remote(prompt, params or SamplingParams()))
+
+    async def embed(self, input: Prompt, params: PoolingParams | None = None) -> EmbedOutput:
+        return await self._call(self.handle.embed.remote(input, params or PoolingParams()))
+
+    async def rag(self, question: str, pipeline: str | None) -> Answer:
+        return await self._call(self.handle.rag.remote(question, pipeline))
+
+    async def stream_outputs(self, prompt: Prompt, params: SamplingParams | None = None) -> AsyncIterator[StepOutput]:
+        response = self.handle.options(stream=True).stream_outputs.remote(prompt, params or SamplingParams())
+        finished = False
+        try:
+            with _translating():
+                async for out in response:
+                    finished = out.finished
+                    yield out
+        finally:
+            if not finished:  # the reader went away: stop the replica's stream, which aborts the engine request
+                response.cancel()
+
+    def embedding_dim(self, model: str | None = None) -> int:
+        return self._dims[model]
+
+    def stats(self) -> dict:
+        """The replicas' counters, summed, as of the last poll (every STATS_PERIOD_S)."""
+        return summed_stats(list(self.replica_stats.values()))
+
+    def shutdown(self) -> None:
+        """Nothing to do: Ray Serve stops the replicas."""
+
+    async def poll_stats(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a restarting stats actor: keep the last counters
+                self.replica_stats = await self.board.live.remote(STATS_MAX_AGE_S)
+            await asyncio.sleep(STATS_PERIOD_S)
+
+    @staticmethod
+    async def _call(response) -> Any:
+        try:
+            with _translating():
+                return await response
+        except asyncio.CancelledError:  # the route was cancelled (client gone): cancel the call on its replica
+            response.cancel()
+            raise
+
+
+# ---- the deployments ------------------------------------------------------------------------------------------------
+class ServeEngineReplica(EngineReplica):
+    """An EngineReplica as a Ray Serve deployment: builds its RAG, then pushes its counters to the stats actor."""
+
+    async def __init__(self, spec: ReplicaSpec, board: str):  # Ray Serve awaits an async constructor
+        EngineReplica.__init__(self, spec)
+        await self.start_rag()
+        self._board = ray.get_actor(board, namespace=NAMESPACE)
+        self._name = ray.get_runtime_context().get_actor_name().rsplit("#", 1)[-1]
+        self._pusher = asyncio.get_running_loop().create_task(self._push_stats())
+
+    async def _push_stats(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self._board.put.remote(self._name, self.stats())
+            await asyncio.sleep(STATS_PERIOD_S)
+
+    def __del__(self) -> None:  # Ray Serve calls it when the replica is stopped
+        if hasattr(self, "_pusher"):
+            self._pusher.cancel()
+        if hasattr(self, "engine"):
+            self.shutdown()
+
+
+class OpenAIIngress:
+    """The ingress deployment: the project's FastAPI app over a ReplicaClient, built once every replica is up (so
+    that a client who waits for /health finds them all)."""
+
+    def __init__(self, engine: DeploymentHandle, spec: ReplicaSpec, settings: ServerSettings, board: str):
+        self.engine, self.spec, self.settings, self.board = engine, spec, settings, board
+
+    async def __serve_build_asgi_app__(self):
+        from orthrus_rag.serving.app import create_app
+
+        board = ray.get_actor(self.board, namespace=NAMESPACE)
+        while len(await board.live.remote(STATS_MAX_AGE_S)) < self.settings.replicas:  # /health waits for them all
+            await asyncio.sleep(STATS_PERIOD_S)
+        client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board)
+        self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
+        app = create_app(client, self.settings, client.rag if self.spec.rag else None, owns_engine=False)
+        app.state.server.metrics.registry.register(ReplicaCollector(client))
+        return app
+
+
+def logging_config(settings: ServerSettings) -> dict:
+    """server.log_level for Ray Serve's logs; one line per request (its access log) at info and debug, as uvicorn."""
+    level = settings.log_level.upper()
+    return {"log_level": level, "enable_access_log": level in ("DEBUG", "INFO")}
+
+
+def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME):
+    """The bound Ray Serve application: the ingress over `settings.replicas` engine replicas."""
+    options = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
+    engines = serve.deployment(ServeEngineReplica, name="EngineReplica", num_replicas=settings.replicas,
+                               ray_actor_options=options, max_ongoing_requests=REPLICA_MAX_ONGOING,
+                               logging_config=logging_config(settings),
+                               max_constructor_retry_count=CONSTRUCTOR_RETRIES,
+                               health_check_period_s=HEALTH_CHECK_PERIOD_S,
+                               graceful_shutdown_timeout_s=settings.timeout_graceful_shutdown or 0)
+    ingress = serve.deployment(serve.ingress()(OpenAIIngress), name="Ingress", ray_actor_options={"num_cpus": 0},
+                               max_ongoing_requests=INGRESS_MAX_ONGOING, logging_config=logging_config(settings))
+    return ingress.bind(engines.bind(spec, board_name(app_name)), spec, settings, board_name(app_name))
+
+
+def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME) -> None:
+    """Start Ray Serve's HTTP proxy on server.host:server.port and run the application (in a connected Ray)."""
+    StatsBoard.options(name=board_name(app_name), namespace=NAMESPACE, lifetime="detached",
+                       get_if_exists=True).remote()
+    serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=logging_config(settings))
+    try:
+        serve.run(application(spec, settings, app_name), name=app_name, route_prefix="/")
+    except RuntimeError as error:  # a replica failed to start
+        raise UserError(f"the engine replicas did not start: {_failure(app_name) or error}") from error
+
+
+def _failure(app_name: str) -> str | None:
+    """The error a failed deployment's replica raised (the last line of its message): a UserError's own message,
+    or the exception with a hint."""
+    with contextlib.suppress(Exception):
+        for deployment in serve.status().applications[app_name].deployments.values():
+            lines = [line.strip() for line in deployment.message.splitlines() if line.strip()]
+            if deployment.status == "DEPLOY_FAILED" and lines:
+                user_error = f"{UserError.__module__}.{UserError.__name__}: "
+                return lines[-1].removeprefix(user_error) if lines[-1].startswith(user_error) else (
+                    f"{lines[-1]} (the replicas' logs above say more; check model.name, embedder.name, runtime.*)")
+    return None
+
+
+def undeploy(app_name: str = APP_NAME) -> None:
+    """Delete the application (its replicas shut their engines down) and its stats actor."""
+    serve.delete(app_name)
+    with contextlib.suppress(ValueError):
+        ray.kill(ray.get_actor(board_name(app_name), namespace=NAMESPACE))
+
+
+def serve_on_ray(spec: ReplicaSpec, settings: ServerSettings) -> None:
+    """Join (or start) the Ray cluster, serve until SIGINT or SIGTERM, then delete the application."""
+    from orthrus_rag.cluster import connect
+
+    connect(settings.ray_address)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        deploy(spec, settings)
+        print(f"serving {settings.replicas} engine replicas on Ray Serve at http://{settings.host}:{settings.port} "
+              "(Ctrl-C stops)", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        undeploy()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,34 @@
+"""Ray stays out of single-process runs; scale-out without the `ray` extra is a clear error."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from orthrus_rag.cluster import import_ray, summed_stats
+from orthrus_rag.stack import UserError
+
+SINGLE_PROCESS = ["orthrus_rag.serving.app", "orthrus_rag.serving.cli", "orthrus_rag.serving.server",
+                  "eval.experiment", "eval.leaderboard", "orthrus_rag.cluster"]
+
+
+def test_single_process_modules_do_not_import_ray():
+    code = (f"import sys\nfor m in {SINGLE_PROCESS!r}: __import__(m)\n"
+            "loaded = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\nprint(loaded)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_scale_out_without_ray_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the `ray` extra were not installed
+    with pytest.raises(UserError, match=r"needs Ray: pip install -e '\.\[ray\]'"):
+        import_ray()
+
+
+def test_engine_counters_add_up_key_by_key():
+    a = {"steps": 2, "tokens": {"decode": 3, "embed": 1}, "running": 1, "policy": "adaptive", "generator_s": 0.5}
+    b = {"steps": 5, "tokens": {"decode": 4, "embed": 0}, "running": 0, "policy": "adaptive", "generator_s": 0.25}
+    assert summed_stats([a, b]) == {"steps": 7, "tokens": {"decode": 7, "embed": 1}, "running": 1,
+                                    "policy": "adaptive", "generator_s": 0.75}
+    assert summed_stats([]) == {}
