@@ -87,3 +87,15 @@ def test_bad_fusion_settings_are_user_errors(corpus, tmp_path, settings, message
 
 def test_settings_default_to_dense():
     assert SearchIndexes(None).settings == RetrievalSettings("dense", 60, 50)
+
+
+async def test_the_servers_rag_settings_reach_the_retriever(engine, corpus, tmp_path):
+    from orthrus_rag.serving.rag_service import build_rag
+    from orthrus_rag.serving.settings import RagSettings
+
+    settings = RagSettings(corpus=str(corpus), index_cache=str(tmp_path), retrieval="bm25",
+                           pipelines={"standard_rag": {"k": 3, "max_tokens": 2, "num_demos": 0}})
+    answer = await (await build_rag(engine, settings, "tiny-encoder", PoolingParams()))(QUERIES[0], None)
+    indexes = await load_index(engine, source(corpus, tmp_path, retrieval="bm25"), PoolingParams())
+    assert answer.passages == await BM25Retriever(indexes.bm25).retrieve(QUERIES[0], 3)
+    assert not (tmp_path / "manifest.json").exists()  # bm25 alone: no dense index built
