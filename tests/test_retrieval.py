@@ -86,7 +86,7 @@ def test_bad_fusion_settings_are_user_errors(corpus, tmp_path, settings, message
 
 
 def test_settings_default_to_dense():
-    assert SearchIndexes(None).settings == RetrievalSettings("dense", 60, 50)
+    assert SearchIndexes(None).settings == RetrievalSettings("dense", 60, 15)
 
 
 async def test_the_servers_rag_settings_reach_the_retriever(engine, corpus, tmp_path):

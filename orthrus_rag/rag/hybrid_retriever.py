@@ -9,7 +9,7 @@ from orthrus_rag.rag.fusion import RRF_K, reciprocal_rank_fusion
 from orthrus_rag.rag.retriever import Retrieval, Retriever, _check_query
 from orthrus_rag.rag.types import Passage
 
-CANDIDATES = 50
+CANDIDATES = 15
 
 
 class HybridRetriever(Retriever):

@@ -32,7 +32,7 @@ class RagSettings(BaseModel):
     factory: str = "Flat"  # FAISS index factory string
     retrieval: Literal["dense", "bm25", "hybrid"] = "dense"  # as index.retrieval (orthrus_rag/retrieval.py)
     rrf_k: float = Field(60.0, ge=0)  # hybrid: reciprocal-rank fusion constant
-    candidates: int = Field(50, ge=1)  # hybrid: passages each side ranks before fusion
+    candidates: int = Field(15, ge=1)  # hybrid: passages each side ranks before fusion
     pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> the pipeline's own settings
 
 

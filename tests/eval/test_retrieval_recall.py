@@ -28,7 +28,7 @@ def run(monkeypatch, tiny_llama_dir, tiny_encoder_dir, tmp_path):
 
 def test_a_row_per_mode_scored_as_the_metrics_do(run, tiny_encoder_dir, capsys):
     results = run()
-    labels = [f"dense ({tiny_encoder_dir})", "bm25", f"bm25 + {tiny_encoder_dir} (rrf_k=60, candidates=50)"]
+    labels = [f"dense ({tiny_encoder_dir})", "bm25", f"bm25 + {tiny_encoder_dir} (rrf_k=60, candidates=15)"]
     assert list(results["rows"]) == labels and results["n"] == 30 and results["num_passages"] == 152
     questions = load_questions(demo_questions_path(), "all")
     index = BM25Index.build(load_corpus(demo_corpus_path()))
