@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from orthrus_rag.engine import EngineConfig, PoolingParams
 from orthrus_rag.models.registry import cache_dir
+from orthrus_rag.retrieval import RetrievalMode, RetrievalSettings, SearchIndexes, make_retriever
 
 if TYPE_CHECKING:
     from indexes import DenseIndex
@@ -120,17 +121,22 @@ def start_engine(config: EngineConfig) -> AsyncEngine:
 @dataclasses.dataclass
 class IndexSpec:
     """The `index` group: FAISS factory string, cache folder (None: derived), embedding batch size, and the device
-    it searches on (auto = cuda when available: faiss's GPU index, else exact search with torch there)."""
+    it searches on (auto = cuda when available: faiss's GPU index, else exact search with torch there); how it
+    retrieves (dense | bm25 | hybrid) and, for hybrid, the fusion settings (orthrus_rag/retrieval.py)."""
 
     factory: str = "Flat"
     folder: str | None = None
     batch_size: int = 64
     device: str = "auto"
+    retrieval: RetrievalMode = "dense"
+    rrf_k: float = RetrievalSettings.rrf_k
+    candidates: int = RetrievalSettings.candidates
 
 
 @dataclasses.dataclass
 class IndexSource:
-    """Where a dense index comes from: its cache folder, or built from `passages` and saved there."""
+    """Where a dense index comes from: its cache folder, or built from `passages` and saved there; likewise the
+    BM25 index (`bm25_folder`) when `retrieval` uses one."""
 
     folder: Path
     passages: list[Passage]
@@ -138,6 +144,8 @@ class IndexSource:
     factory: str = "Flat"
     batch_size: int = 64
     device: str = "auto"
+    retrieval: RetrievalSettings = RetrievalSettings()
+    bm25_folder: Path | None = None
 
 
 def read_corpus(path: Path) -> list[Passage]:
@@ -162,13 +170,31 @@ def index_source(spec: IndexSpec, corpus: Path, embedder: str) -> IndexSource:
     """The corpus read, and the index folder: `spec.folder` (relative to where the command runs) or the cache's."""
     from hydra.utils import to_absolute_path
 
+    from indexes.bm25_index import default_bm25_folder
+
+    try:
+        retrieval = RetrievalSettings(spec.retrieval, spec.rrf_k, spec.candidates)
+    except ValueError as error:
+        raise UserError(error) from error
     passages = read_corpus(corpus)
     folder = Path(to_absolute_path(spec.folder)) if spec.folder else default_index_folder(corpus, passages, embedder)
-    return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size, spec.device)
+    bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
+    return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
 
 
-async def load_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> DenseIndex:
-    """The index cached in its folder when it matches; else built through `engine.embed` and saved there."""
+async def load_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> SearchIndexes:
+    """The indexes `source.retrieval` searches: each cached in its folder when it matches, else built (the dense
+    one through `engine.embed`) and saved there."""
+    from indexes.bm25_index import load_or_build_bm25
+
+    dense = await load_dense_index(engine, source, pooling) if source.retrieval.uses_dense else None
+    bm25_folder = source.bm25_folder or source.folder / "bm25"
+    bm25 = load_or_build_bm25(bm25_folder, source.passages) if source.retrieval.uses_bm25 else None
+    return SearchIndexes(dense, bm25, source.retrieval)
+
+
+async def load_dense_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> DenseIndex:
+    """The dense index cached in its folder when it matches; else built through `engine.embed` and saved there."""
     from indexes import engine_embedder, load_or_build
     from orthrus_rag.engine import EngineError
 
@@ -197,8 +223,9 @@ def make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reasone
         raise UserError(f"pipeline: {error.args[0] if error.args else error}") from error
 
 
-def rag_pipeline(group: Mapping[str, Any], engine: EngineLike, index: DenseIndex, pooling: PoolingParams) -> Pipeline:
-    """The pipeline over `engine`: a DenseRetriever on `index` and an EngineReasoner."""
-    from orthrus_rag.rag import DenseRetriever, EngineReasoner
+def rag_pipeline(group: Mapping[str, Any], engine: EngineLike, index: SearchIndexes | DenseIndex,
+                 pooling: PoolingParams) -> Pipeline:
+    """The pipeline over `engine`: the retriever of `index`'s retrieval mode and an EngineReasoner."""
+    from orthrus_rag.rag import EngineReasoner
 
-    return make_pipeline(group, DenseRetriever(engine, index, pooling), EngineReasoner(engine))
+    return make_pipeline(group, make_retriever(engine, index, pooling), EngineReasoner(engine))

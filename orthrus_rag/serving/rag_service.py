@@ -17,7 +17,8 @@ async def build_rag(engine: EngineLike, settings: RagSettings, embedder_name: st
     """Load (or build and cache) the index, build every configured pipeline, and return the `/v1/rag` callable.
     `settings.pipelines` maps the name a request uses to a `pipeline` group entry (its `name` defaults to it)."""
     corpus = Path(settings.corpus) if settings.corpus else demo_corpus_path()
-    source = index_source(IndexSpec(settings.factory, settings.index_cache), corpus, embedder_name)
+    source = index_source(IndexSpec(settings.factory, settings.index_cache, retrieval=settings.retrieval,
+                                    rrf_k=settings.rrf_k, candidates=settings.candidates), corpus, embedder_name)
     index = await load_index(engine, source, pooling)
     built = {key: rag_pipeline(group, engine, index, pooling) for key, group in pipeline_groups(settings).items()}
     return _answerer(built, settings.pipeline)

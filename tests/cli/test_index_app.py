@@ -32,3 +32,22 @@ def test_missing_corpus_is_a_one_line_error(run_app, tiny_models, tmp_path, caps
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "orthrus-rag-index: error: corpus file not found" in err and "Traceback" not in err
+
+
+def test_bm25_index_built_then_found_cached_without_the_engine(run_app, tiny_models, tmp_path, capsys):
+    run_app(main, "orthrus-rag-index", *tiny_models, "index.retrieval=bm25", "model.name=/no/such/model")
+    out = capsys.readouterr().out
+    assert "BM25 index built in" in out and str(tmp_path / "index" / "bm25") in out and "152 passages, BM25" in out
+    assert not (tmp_path / "index" / "manifest.json").exists()
+    run_app(main, "orthrus-rag-index", *tiny_models, "index.retrieval=hybrid")
+    out = capsys.readouterr().out
+    assert "index built in" in out and "BM25 index found cached in" in out
+
+
+def test_unknown_retrieval_mode_is_a_one_line_error(run_app, tiny_models, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(main, "orthrus-rag-index", *tiny_models, "index.retrieval=sparse")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("orthrus-rag-index: error: index.retrieval: expected 'dense' or 'bm25' or 'hybrid', "
+                           "got 'sparse'")

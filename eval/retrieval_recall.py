@@ -1,0 +1,133 @@
+"""Gold-passage recall of one-step retrieval (the question as the query) for each retrieval mode: dense with the
+configured embedder, BM25, and their reciprocal-rank fusion. Prints a markdown table and merges its rows into a
+JSON file, so runs with other embedders add rows to the same table (config: conf/retrieval_recall.yaml).
+
+    python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig
+
+from eval.experiment import DatasetSpec, read_questions
+from eval.metrics import all_gold, passage_recall
+from eval.run_info import environment
+from orthrus_rag.cli.common import launch
+from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
+from orthrus_rag.stack import (IndexSpec, UserError, embedder_name, engine_config, index_source, load_index,
+                               plain, pooling_params, start_engine, typed)
+
+APP = "retrieval_recall"
+
+
+@dataclass
+class Row:
+    """One retrieval mode's scores: recall at each k, all gold found at the largest k, and its wall time."""
+
+    label: str
+    mode: str
+    embedder: str | None
+    recall: dict[str, float]
+    all_gold: float
+    n: int
+    seconds: float
+
+
+def mean_of(values: Sequence[float | None]) -> float:
+    """The mean over questions that have gold titles (as eval.metrics.aggregate averages recall)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else 0.0
+
+
+def row_label(mode: str, embedder: str, index: IndexSpec) -> str:
+    if mode == "dense":
+        return f"dense ({embedder})"
+    if mode == "bm25":
+        return "bm25"
+    return f"bm25 + {embedder} (rrf_k={index.rrf_k:g}, candidates={index.candidates})"
+
+
+async def score_mode(engine, indexes: SearchIndexes, pooling, questions: list, ks: list[int]) -> tuple[dict, float]:
+    """Recall at each k and all-gold at the largest, retrieving max(ks) passages once per question."""
+    retriever = make_retriever(engine, indexes, pooling)
+    found = await asyncio.gather(*(retriever.retrieve(q.question, max(ks)) for q in questions))
+    recall = {f"@{k}": mean_of([passage_recall(q.gold_titles, p[:k]) for q, p in zip(questions, found)]) for k in ks}
+    return recall, mean_of([all_gold(q.gold_titles, p) for q, p in zip(questions, found)])
+
+
+async def score_all(cfg: DictConfig, engine, source, questions: list, spec: IndexSpec) -> list[Row]:
+    pooling, name = pooling_params(cfg), embedder_name(cfg)
+    loaded = await load_index(engine, source, pooling)
+    rows = []
+    for mode in cfg.modes:
+        start = time.perf_counter()
+        settings = RetrievalSettings(mode, spec.rrf_k, spec.candidates)
+        recall, gold = await score_mode(engine, SearchIndexes(loaded.dense, loaded.bm25, settings), pooling,
+                                        questions, list(cfg.ks))
+        rows.append(Row(row_label(mode, name, spec), mode, None if mode == "bm25" else name, recall, gold,
+                        len(questions), round(time.perf_counter() - start, 2)))
+    return rows
+
+
+def check_modes(modes: Sequence[str], ks: Sequence[int]) -> None:
+    unknown = [m for m in modes if m not in RETRIEVAL_MODES]
+    if unknown or not modes:
+        raise UserError(f"modes must be a non-empty list of {', '.join(RETRIEVAL_MODES)}; got {list(modes)}")
+    if not ks or any(not isinstance(k, int) or k < 1 for k in ks):
+        raise UserError(f"ks must be a non-empty list of integers >= 1; got {list(ks)}")
+
+
+def run_recall(cfg: DictConfig) -> dict[str, Any]:
+    check_modes(list(cfg.modes), list(cfg.ks))
+    data = DatasetSpec.from_config(cfg.dataset)
+    questions = read_questions(data)
+    spec = typed(IndexSpec, {**plain(cfg.index), "retrieval": "hybrid" if len(set(cfg.modes)) > 1 else cfg.modes[0]},
+                 "index")
+    source = index_source(spec, data.corpus, embedder_name(cfg))
+    engine = start_engine(engine_config(cfg)) if source.retrieval.uses_dense else None  # BM25 alone needs none
+    try:
+        rows = asyncio.run(score_all(cfg, engine, source, questions, spec))
+    finally:
+        if engine is not None:
+            engine.shutdown()
+    facts = {"dataset": data.name, "split": data.split, "limit": data.limit, "n": len(questions),
+             "corpus": str(data.corpus), "num_passages": len(source.passages), "ks": list(cfg.ks)}
+    return write_results(Path(to_absolute_path(cfg.out)), facts, rows)
+
+
+def write_results(path: Path, facts: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
+    """Merge `rows` into the JSON at `path` (rows of another dataset or split are dropped) and print the table."""
+    results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if {k: results.get(k) for k in facts} != facts:
+        results = {}
+    results.update(facts, environment=environment())
+    results.setdefault("rows", {}).update({row.label: asdict(row) for row in rows})
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(markdown_table(results))
+    print(f"\nwritten to {path}")
+    return results
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    ks = results["ks"]
+    head = ["retrieval", *(f"recall@{k}" for k in ks), f"all-gold@{max(ks)}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in results["rows"].values():
+        cells = [row["label"], *(f"{row['recall'][f'@{k}']:.3f}" for k in ks), f"{row['all_gold']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    launch(APP, "retrieval_recall", run_recall)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""How the stack retrieves (`index.retrieval`): dense search through the engine's embedder, BM25 over the corpus
+text, or both fused by reciprocal rank. The indexes a mode needs, and the Retriever pipelines get over them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Union, get_args
+
+from orthrus_rag.rag.fusion import RRF_K
+from orthrus_rag.rag.hybrid_retriever import CANDIDATES
+
+if TYPE_CHECKING:
+    from indexes import DenseIndex
+    from indexes.bm25_index import BM25Index
+    from orthrus_rag.engine import EngineLike, PoolingParams
+    from orthrus_rag.rag import Retriever
+
+RetrievalMode = Literal["dense", "bm25", "hybrid"]
+RETRIEVAL_MODES: tuple[str, ...] = get_args(RetrievalMode)
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """`mode`: dense | bm25 | hybrid; for hybrid, `rrf_k` (the constant k of 1 / (k + rank)) and `candidates`
+    (passages each side ranks before fusion; at least the k a pipeline asks for)."""
+
+    mode: RetrievalMode = "dense"
+    rrf_k: float = RRF_K
+    candidates: int = CANDIDATES
+
+    def __post_init__(self):
+        if self.mode not in RETRIEVAL_MODES:
+            raise ValueError(f"index.retrieval must be one of {', '.join(RETRIEVAL_MODES)}, got {self.mode!r}")
+        if not self.rrf_k >= 0:
+            raise ValueError(f"index.rrf_k must be >= 0, got {self.rrf_k!r}")
+        if self.candidates < 1:
+            raise ValueError(f"index.candidates must be >= 1, got {self.candidates!r}")
+
+    @property
+    def uses_dense(self) -> bool:
+        return self.mode in ("dense", "hybrid")
+
+    @property
+    def uses_bm25(self) -> bool:
+        return self.mode in ("bm25", "hybrid")
+
+
+@dataclass
+class SearchIndexes:
+    """The indexes one retrieval mode searches: the dense index, the BM25 index, or both."""
+
+    dense: DenseIndex | None
+    bm25: BM25Index | None = None
+    settings: RetrievalSettings = RetrievalSettings()
+
+
+def make_retriever(engine: EngineLike, indexes: Union[SearchIndexes, DenseIndex],
+                   pooling: PoolingParams) -> Retriever:
+    """The Retriever over `indexes` for its mode (a bare dense index: dense retrieval)."""
+    from orthrus_rag.rag import DenseRetriever
+    from orthrus_rag.rag.bm25_retriever import BM25Retriever
+    from orthrus_rag.rag.hybrid_retriever import HybridRetriever
+
+    if not isinstance(indexes, SearchIndexes):
+        return DenseRetriever(engine, indexes, pooling)
+    settings = indexes.settings
+    if settings.mode == "dense":
+        return DenseRetriever(engine, indexes.dense, pooling)
+    if settings.mode == "bm25":
+        return BM25Retriever(indexes.bm25)
+    sides = [DenseRetriever(engine, indexes.dense, pooling), BM25Retriever(indexes.bm25)]
+    return HybridRetriever(sides, settings.rrf_k, settings.candidates)
