@@ -40,6 +40,7 @@ class TrainSettings:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    last_layers: int | None = None
     pooling: str = "mean"
     query_prefix: str = ""
     passage_prefix: str = ""
@@ -96,9 +97,16 @@ def lora_model(settings: TrainSettings):
     tokenizer = AutoTokenizer.from_pretrained(path)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     torch.manual_seed(settings.seed)
+    layers = base.config.num_hidden_layers
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=list(settings.target_modules), task_type="FEATURE_EXTRACTION")
+                        target_modules=list(settings.target_modules), task_type="FEATURE_EXTRACTION",
+                        layers_to_transform=_last(layers, settings.last_layers))
     return get_peft_model(base, config), tokenizer
+
+
+def _last(layers: int, count: int | None) -> list[int] | None:
+    """The indices of the last `count` decoder layers (None: every layer). Gradients then stop below them."""
+    return None if count is None or count >= layers else list(range(layers - count, layers))
 
 
 # ---- loss -----------------------------------------------------------------------------------------------------
