@@ -3,11 +3,18 @@ configured embedder, BM25, and their reciprocal-rank fusion. Prints a markdown t
 JSON file, so runs with other embedders add rows to the same table (config: conf/retrieval_recall.yaml).
 
     python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200
+    python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200 embedder=backbone \
+        'modes=[dense]' distractors=250
+
+`distractors=N` searches a smaller corpus instead of the whole one: the questions' gold passages and N others drawn
+at random (seed 0), written beside `out`. It is cheaper where embedding the whole corpus takes too long; recall on it
+is higher than on the whole corpus, so compare rows within one corpus only (rows of another corpus are dropped).
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -84,13 +91,28 @@ def check_modes(modes: Sequence[str], ks: Sequence[int]) -> None:
         raise UserError(f"ks must be a non-empty list of integers >= 1; got {list(ks)}")
 
 
+def sample_corpus(corpus: Path, questions: list, distractors: int, out: Path) -> Path:
+    """The passages whose titles are gold for `questions`, plus `distractors` others (seeded), as a jsonl file."""
+    rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    gold = {t.strip() for q in questions for t in q.gold_titles}
+    kept = [r for r in rows if r["title"].strip() in gold]
+    others = [r for r in rows if r["title"].strip() not in gold]
+    kept += random.Random(0).sample(others, min(distractors, len(others)))
+    out.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    return out
+
+
 def run_recall(cfg: DictConfig) -> dict[str, Any]:
     check_modes(list(cfg.modes), list(cfg.ks))
     data = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(data)
     spec = typed(IndexSpec, {**plain(cfg.index), "retrieval": "hybrid" if len(set(cfg.modes)) > 1 else cfg.modes[0]},
                  "index")
-    source = index_source(spec, data.corpus, embedder_name(cfg))
+    out = Path(to_absolute_path(cfg.out))
+    corpus = data.corpus
+    if cfg.get("distractors") is not None:
+        corpus = sample_corpus(data.corpus, questions, int(cfg.distractors), out.with_suffix(".corpus.jsonl"))
+    source = index_source(spec, corpus, embedder_name(cfg))
     engine = start_engine(engine_config(cfg)) if source.retrieval.uses_dense else None  # BM25 alone needs none
     try:
         rows = asyncio.run(score_all(cfg, engine, source, questions, spec))
@@ -98,8 +120,8 @@ def run_recall(cfg: DictConfig) -> dict[str, Any]:
         if engine is not None:
             engine.shutdown()
     facts = {"dataset": data.name, "split": data.split, "limit": data.limit, "n": len(questions),
-             "corpus": str(data.corpus), "num_passages": len(source.passages), "ks": list(cfg.ks)}
-    return write_results(Path(to_absolute_path(cfg.out)), facts, rows)
+             "corpus": str(corpus), "num_passages": len(source.passages), "ks": list(cfg.ks)}
+    return write_results(out, facts, rows)
 
 
 def write_results(path: Path, facts: dict[str, Any], rows: list[Row]) -> dict[str, Any]:

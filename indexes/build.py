@@ -39,35 +39,40 @@ def _check_batch(vectors: np.ndarray, expected: int) -> np.ndarray:
 
 
 async def build_index(passages: Sequence[Passage], embed_many: EmbedMany, embedder_name: str,
-                      factory: str = "Flat", batch_size: int = 64, device: str = "auto") -> DenseIndex:
-    """Embed the passages and index them (inner product over normalised vectors), searching on `device`."""
+                      factory: str = "Flat", batch_size: int = 64, device: str = "auto",
+                      embedding: dict[str, Any] | None = None) -> DenseIndex:
+    """Embed the passages and index them (inner product over normalised vectors), searching on `device`;
+    `embedding` (the recipe: pooling, prefixes, adapter) goes into the manifest."""
     vectors = await embed_passages(passages, embed_many, batch_size)
-    return DenseIndex.build(vectors, passages, embedder_name, factory=factory, device=device)
+    return DenseIndex.build(vectors, passages, embedder_name, factory=factory, device=device, embedding=embedding)
 
 
 async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], embed_many: EmbedMany,
                         embedder_name: str, factory: str = "Flat", batch_size: int = 64,
-                        device: str = "auto") -> DenseIndex:
-    """Load the index cached in `cache_folder` when it matches; otherwise build it and save it there. It
-    searches on `device` (auto | cpu | cuda: see indexes/placement.py)."""
+                        device: str = "auto", embedding: dict[str, Any] | None = None) -> DenseIndex:
+    """Load the index cached in `cache_folder` when it matches (embedder, corpus, factory and, when given, the
+    `embedding` recipe); otherwise build it and save it there. It searches on `device` (auto | cpu | cuda: see
+    indexes/placement.py)."""
     folder = Path(cache_folder)
     if (folder / MANIFEST_FILE).is_file():
         try:
-            index = DenseIndex.load(folder, embedder_name, passages, device)
+            index = DenseIndex.load(folder, embedder_name, passages, device, embedding)
             if index.manifest.factory == factory:
                 return index
         except IndexMismatchError:
             pass
-    index = await build_index(passages, embed_many, embedder_name, factory, batch_size, device)
+    index = await build_index(passages, embed_many, embedder_name, factory, batch_size, device, embedding)
     index.save(folder)
     return index
 
 
 def engine_embedder(engine: EngineLike, pooling_params: PoolingParams) -> EmbedMany:
-    """An `embed_many` that sends one `engine.embed` request a text, all at once, and stacks the vectors."""
+    """An `embed_many` that sends one `engine.embed` request a text, all at once, and stacks the vectors; each
+    text gets the params' `passage_prefix` (RetrievalEmbedding) first."""
+    prefix = getattr(pooling_params, "passage_prefix", "")
 
     async def embed_many(texts: list[str]) -> np.ndarray:
-        outputs = await asyncio.gather(*(engine.embed(text, pooling_params) for text in texts))
+        outputs = await asyncio.gather(*(engine.embed(prefix + text, pooling_params) for text in texts))
         return np.stack([np.asarray(out.embedding, dtype=np.float32) for out in outputs])
 
     return embed_many

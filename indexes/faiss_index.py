@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -41,7 +41,8 @@ class DenseIndex:
 
     @classmethod
     def build(cls, vectors: np.ndarray, passages: Sequence[Passage], embedder_name: str, factory: str = "Flat",
-              metric: str = "ip", nprobe: int = 16, device: str = "auto") -> DenseIndex:
+              metric: str = "ip", nprobe: int = 16, device: str = "auto",
+              embedding: dict[str, Any] | None = None) -> DenseIndex:
         """Index an (n, d) float32 matrix, training the index first when the factory string needs it."""
         vectors = _as_matrix(vectors)
         if len(vectors) != len(passages):
@@ -52,7 +53,7 @@ class DenseIndex:
                                                                                                    metric)
         manifest = IndexManifest(embedder=embedder_name, dimension=vectors.shape[1], metric=metric,
                                  factory=factory, corpus_fingerprint=corpus_fingerprint(passages),
-                                 num_passages=len(passages))
+                                 num_passages=len(passages), embedding=embedding)
         return cls(index, passages, manifest, device)
 
     def search(self, query_vectors: np.ndarray, k: int = 5) -> list[list[Passage]]:
@@ -83,11 +84,16 @@ class DenseIndex:
 
     @classmethod
     def load(cls, folder: str | Path, expected_embedder: str, corpus: Sequence[Passage],
-             device: str = "auto") -> DenseIndex:
-        """Read a saved index, refusing it when it was built by another embedder or over another corpus."""
+             device: str = "auto", expected_embedding: dict[str, Any] | None = None) -> DenseIndex:
+        """Read a saved index, refusing it when it was built by another embedder, over another corpus, or (when
+        `expected_embedding` is given) with another recipe (pooling, prefixes, adapter)."""
         folder = Path(folder)
         manifest = IndexManifest.load(folder)
         _check_matches(manifest, folder, expected_embedder, corpus)
+        if expected_embedding is not None and manifest.embedding != expected_embedding:
+            raise IndexMismatchError(f"index in {folder} was embedded with {manifest.embedding}, not "
+                                     f"{expected_embedding}: rebuild it with these embedder settings or point to "
+                                     "another index folder")
         return cls(_read_index(folder, manifest), corpus, manifest, device)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,6 +23,9 @@ class IndexManifest:
     corpus_fingerprint: str
     num_passages: int
     created: str = field(default_factory=_now)
+    # how the vectors were made beyond the embedder's name (RetrievalEmbedding.recipe(): pooling, normalize,
+    # query and passage prefixes, adapter); None for an index built without one
+    embedding: dict[str, Any] | None = None
 
     def save(self, folder: Path) -> None:
         (folder / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")

@@ -5,6 +5,8 @@ Each group is checked against the dataclass it maps onto: an unknown key or a va
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import sys
 import types
 from collections.abc import Mapping
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from indexes import DenseIndex
     from orthrus_rag.engine import AsyncEngine, EngineLike
     from orthrus_rag.rag import Passage, Pipeline, Reasoner, Retriever
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
 
 T = TypeVar("T")
 
@@ -88,21 +91,59 @@ def _describe(hint: Any) -> str:
 
 # ---- engine ---------------------------------------------------------------------------------------------------
 def engine_config(cfg: DictConfig) -> EngineConfig:
-    """The `model`, `embedder` and `runtime` groups as an EngineConfig (runtime keys map one to one)."""
+    """The `model`, `embedder` and `runtime` groups as an EngineConfig (runtime keys map one to one; the
+    embedding adapter is `runtime.embedding_adapter`, else the embedder group's `adapter`)."""
     runtime = plain(cfg.runtime)
     check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))
+    runtime["embedding_adapter"] = embedding_adapter(cfg)
     return EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
 
 
-def pooling_params(cfg: DictConfig) -> PoolingParams:
-    """How retrieval queries and passages are embedded (the `embedder` group)."""
+def embedding_adapter(cfg: DictConfig) -> str | None:
+    """The adapter folder the engine applies to backbone embedding rows: runtime.embedding_adapter, else
+    embedder.adapter (a shipped adapter's name or a PEFT folder); a shipped one must fit model.name."""
+    name = cfg.runtime.get("embedding_adapter") or cfg.embedder.get("adapter")
+    if not name:
+        return None
+    from orthrus_rag.models.registry import ADAPTERS_DIR, resolve_adapter_path
+
+    folder = resolve_adapter_path(name)
+    config = folder / "adapter_config.json"
+    if not config.is_file():
+        raise UserError(f"embedding adapter {name!r}: {folder} is no PEFT LoRA folder (no adapter_config.json); "
+                        "give a shipped adapter's name, a folder, or embedder.adapter=null for the raw backbone")
+    base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if folder.parent == ADAPTERS_DIR and base and base != cfg.model.name:
+        raise UserError(f"the shipped embedding adapter {name!r} was trained for {base!r}, not model.name="
+                        f"{cfg.model.name!r}: use embedder=backbone_raw or embedder.adapter=<your adapter folder>")
+    return str(folder)
+
+
+def pooling_params(cfg: DictConfig) -> RetrievalEmbedding:
+    """How retrieval queries and passages are embedded (the `embedder` group): pooling, prefixes, adapter."""
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
+
     model = cfg.embedder.model if cfg.embedder.name else "backbone"
-    return PoolingParams(cfg.embedder.pooling, cfg.embedder.normalize, model)
+    adapter = embedding_adapter(cfg) if model == "backbone" else None
+    return RetrievalEmbedding(cfg.embedder.pooling, cfg.embedder.normalize, model,
+                              query_prefix=cfg.embedder.get("query_prefix") or "",
+                              passage_prefix=cfg.embedder.get("passage_prefix") or "",
+                              adapter=adapter_identity(adapter) if adapter else None)
+
+
+def adapter_identity(folder: str) -> str:
+    """`<folder name>@<first 12 hex digits of the weights' sha256>`: what an index records about the adapter."""
+    weights = Path(folder) / "adapter_model.safetensors"
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.is_file() else "missing"
+    return f"{Path(folder).name}@{digest}"
 
 
 def embedder_name(cfg: DictConfig) -> str:
-    """The name an index records for the model that embedded it."""
-    return cfg.embedder.name or f"{cfg.model.name}:backbone"
+    """The name an index records for the model that embedded it (the backbone's with its adapter's name)."""
+    if cfg.embedder.name:
+        return cfg.embedder.name
+    adapter = embedding_adapter(cfg)
+    return f"{cfg.model.name}:backbone" + (f"+{Path(adapter).name}" if adapter else "")
 
 
 def start_engine(config: EngineConfig) -> AsyncEngine:
@@ -201,11 +242,15 @@ async def load_dense_index(engine: EngineLike, source: IndexSource, pooling: Poo
     try:
         return await load_or_build(source.folder, source.passages, engine_embedder(engine, pooling),
                                    source.embedder_name, factory=source.factory, batch_size=source.batch_size,
-                                   device=source.device)
+                                   device=source.device, embedding=_recipe(pooling))
     except ValueError as error:  # bad factory string or device, empty corpus
         if isinstance(error, EngineError):
             raise
         raise UserError(f"{error} (index.factory={source.factory!r}, index.device={source.device!r})") from error
+
+
+def _recipe(pooling: PoolingParams) -> dict[str, Any] | None:
+    return pooling.recipe() if hasattr(pooling, "recipe") else None
 
 
 # ---- pipeline -------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ FULL = Plan(
     steps_box_s=40,
     mixed=(
         BenchPart("backbone", "dummy Llama-3.1-8B, backbone embeddings, phases 9:1, 1:1, 1:9",
-                  ("workload=phases", "embedder=backbone", f"model.name={BIG}", "workload.requests=32",
+                  ("workload=phases", "embedder=backbone_raw", f"model.name={BIG}", "workload.requests=32",
                    "workload.clients=16", "workload.warmup_requests=4"), box_s=105),
         BenchPart("minilm", "dummy Llama-3.1-8B, co-located MiniLM-shaped encoder, 1:1",
                   ("workload=mixed", "embedder.name=dummy:minilm-l6", f"model.name={BIG}", "workload.requests=48",
@@ -65,7 +65,7 @@ DRY = Plan(
     steps_box_s=15,
     mixed=(
         BenchPart("backbone", "dummy tiny Llama, backbone embeddings, phases 9:1, 1:1, 1:9",
-                  ("workload=phases", "embedder=backbone", "model.name=dummy:tiny-llama", "workload.requests=6",
+                  ("workload=phases", "embedder=backbone_raw", "model.name=dummy:tiny-llama", "workload.requests=6",
                    "workload.clients=4", "workload.warmup_requests=2", "workload.max_tokens=8",
                    "workload.gen_prompt_tokens=32", "workload.embed_tokens=16"),
                   modes=("hetero", "isolated"), box_s=40),

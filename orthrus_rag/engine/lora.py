@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from orthrus_rag.models import resolve_model_path
+from orthrus_rag.models import resolve_adapter_path
 
 
 @dataclass
@@ -43,11 +43,12 @@ class RowLoRALinear(nn.Module):
 
 def attach_embedding_adapter(model: nn.Module, folder: str | Path) -> AdapterRows:
     """Wrap the adapter's target modules in `model`; returns the handle that selects the rows per step."""
-    folder = resolve_model_path(folder) if str(folder).startswith("dummy:") else Path(folder)
+    folder = resolve_adapter_path(folder)
     config_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     if not config_file.exists() or not weights_file.exists():
         raise FileNotFoundError(f"{folder} is not a PEFT LoRA folder: it needs adapter_config.json and "
-                                "adapter_model.safetensors (save one with peft's save_pretrained)")
+                                "adapter_model.safetensors (save one with peft's save_pretrained, or give a shipped "
+                                "adapter's name)")
     config = json.loads(config_file.read_text())
     if config.get("peft_type", "LORA") != "LORA":
         raise ValueError(f"{folder}: only LoRA adapters are supported, got peft_type={config.get('peft_type')}")

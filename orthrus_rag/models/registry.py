@@ -36,6 +36,25 @@ SHIPPED = {
 }
 
 
+ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"  # shipped embedding adapters, one PEFT folder each
+
+
+def shipped_adapters() -> list[str]:
+    return sorted(p.name for p in ADAPTERS_DIR.iterdir() if (p / "adapter_config.json").is_file()) \
+        if ADAPTERS_DIR.is_dir() else []
+
+
+def resolve_adapter_path(name_or_path: str | os.PathLike) -> Path:
+    """The PEFT folder of an embedding adapter: a shipped adapter's name (orthrus_rag/models/adapters/<name>), a
+    dummy shape (`dummy:<shape>`) or a path."""
+    key = str(name_or_path)
+    if key.lower().startswith(DUMMY_PREFIX):
+        return resolve_model_path(key)
+    if "/" not in key and (ADAPTERS_DIR / key).is_dir():
+        return ADAPTERS_DIR / key
+    return Path(key).expanduser()
+
+
 def cache_dir() -> Path:
     """Where converted models live: $ORTHRUS_RAG_CACHE, else the user's cache directory."""
     return Path(os.environ.get("ORTHRUS_RAG_CACHE") or user_cache_dir("orthrus-rag"))

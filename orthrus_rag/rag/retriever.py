@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from orthrus_rag.engine import EngineLike, PoolingParams
+from orthrus_rag.rag.embedding import RetrievalEmbedding, describe_recipe
 from orthrus_rag.rag.types import Passage
 
 
@@ -37,25 +38,46 @@ class SearchIndex(Protocol):
     def search(self, query_vectors: np.ndarray, k: int) -> list[list[Passage]]: ...
 
 
+class IndexRecipeError(ValueError):
+    """An index whose vectors were made another way (pooling, prefixes, adapter) than the retriever's queries."""
+
+
 class DenseRetriever(Retriever):
-    """Embeds the query through the engine (in its shared inference loop) and searches a dense index."""
+    """Embeds the query through the engine (in its shared inference loop) and searches a dense index. With
+    RetrievalEmbedding params the query gets its `query_prefix`, and an index whose manifest records another
+    recipe is refused."""
 
     def __init__(self, engine: EngineLike, index: SearchIndex, pooling_params: PoolingParams | None = None):
         self.engine = engine
         self.index = index
         self.pooling_params = pooling_params or PoolingParams()
+        self.query_prefix = getattr(self.pooling_params, "query_prefix", "")
+        if isinstance(self.pooling_params, RetrievalEmbedding):
+            _check_recipe(index, self.pooling_params)
 
     async def retrieve(self, query: str, k: int) -> list[Passage]:
         return (await self.retrieve_with_usage(query, k)).passages
 
     async def retrieve_with_usage(self, query: str, k: int) -> Retrieval:
         _check_query(query, k)
-        out = await self.engine.embed(query, self.pooling_params)
+        out = await self.engine.embed(self.query_prefix + query, self.pooling_params)
         vector = np.asarray(out.embedding, dtype=np.float32)
         if vector.ndim != 1:
             raise ValueError(f"engine.embed returned an embedding of shape {vector.shape}; expected (dim,)")
         passages = self.index.search(vector[None], k)[0]
         return Retrieval(list(passages), out.num_tokens)
+
+
+def _check_recipe(index: SearchIndex, params: RetrievalEmbedding) -> None:
+    """The index's recorded recipe (manifest.embedding, when it has one) equals the retriever's."""
+    recorded = getattr(getattr(index, "manifest", None), "embedding", None)
+    if recorded is None:
+        return
+    if recorded != params.recipe():
+        raise IndexRecipeError(f"the index was embedded with {describe_recipe(recorded) or 'no recorded recipe'}, "
+                               f"but queries would be embedded with {describe_recipe(params.recipe())}: rebuild "
+                               "the index with the same embedder settings (orthrus-rag-index embedder=...) or "
+                               "use the embedder settings it was built with")
 
 
 def _check_query(query: str, k: int) -> None:

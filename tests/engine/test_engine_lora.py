@@ -51,3 +51,37 @@ def test_missing_adapter_folder_is_a_clear_error(tiny_llama_dir, tmp_path):
 
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         LLMEngine(tiny_config(tiny_llama_dir, embedding_adapter=str(tmp_path)))
+
+
+@pytest.mark.shipped
+def test_shipped_adapter_rows_equal_the_peft_model_pooled_output(smollm2_path):
+    """The shipped SmolLM2 embedding adapter, through the engine (float32, chunked, beside generation), gives the
+    pooled output of the PEFT model built from the same folder, as trained (mean pooling, query prefix)."""
+    import json
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orthrus_rag.engine import EngineConfig, LLMEngine
+    from orthrus_rag.models import resolve_adapter_path
+
+    folder = resolve_adapter_path("smollm2-135m-2wiki")
+    trained = json.loads((folder / "training.json").read_text())["settings"]
+    texts = [trained["query_prefix"] + "Who was the mother of Lothair II?",
+             trained["passage_prefix"] + "Title: Lothair II\nLothair II was a king of Lotharingia. " * 3]
+    engine = LLMEngine(EngineConfig(embedder=None, dtype="float32", embedding_adapter="smollm2-135m-2wiki",
+                                    max_num_batched_tokens=24))
+    engine.add_request("g", "The capital of France is", SamplingParams(max_tokens=4))
+    for i, text in enumerate(texts):
+        engine.add_request(f"e{i}", text, PoolingParams(pooling=trained["pooling"], model="backbone"))
+    results = run_all(engine)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    base = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    peft_model = PeftModel.from_pretrained(base, folder).eval()
+    for i, text in enumerate(texts):
+        with torch.no_grad():
+            hidden = peft_model(torch.tensor([tokenizer.encode(text)]), output_hidden_states=True).hidden_states[-1][0]
+        pooled = hidden.mean(0) if trained["pooling"] == "mean" else hidden[-1]
+        want = torch.nn.functional.normalize(pooled, dim=-1)
+        got = torch.from_numpy(results[f"e{i}"].embedding)
+        assert (got - want).abs().max().item() <= 1e-5

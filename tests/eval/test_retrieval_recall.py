@@ -56,3 +56,14 @@ def test_unknown_mode_is_a_one_line_error(run, capsys):
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == ("retrieval_recall: error: modes must be a non-empty list of dense, "
                                                "bm25, hybrid; got ['sparse']")
+
+
+def test_distractors_search_the_gold_passages_and_a_seeded_sample(run, tmp_path):
+    questions = load_questions(demo_questions_path(), "all")
+    gold = {t for q in questions for t in q.gold_titles}
+    results = run("modes=[bm25]", "distractors=5")
+    sample = [json.loads(line) for line in (tmp_path / "recall.corpus.jsonl").read_text().splitlines()]
+    assert {p["title"] for p in sample} >= gold and len(sample) == len(gold) + 5
+    assert results["num_passages"] == len(sample) and results["corpus"].endswith("recall.corpus.jsonl")
+    again = run("modes=[bm25]", "distractors=5")  # seeded: the same sample, the same scores
+    assert again["rows"]["bm25"] == {**results["rows"]["bm25"], "seconds": again["rows"]["bm25"]["seconds"]}

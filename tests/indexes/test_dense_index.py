@@ -84,3 +84,11 @@ def test_device_is_checked_and_defaults_to_where_torch_sees_a_gpu(passages, vect
             DenseIndex.build(vectors, passages, "fake-embedder", device="cuda")
         assert not index.on_gpu and index.backend == "faiss-cpu"
     assert DenseIndex.build(vectors, passages, "fake-embedder", device="cpu").backend == "faiss-cpu"
+
+
+def test_load_refuses_another_embedding_recipe(tmp_path, passages, vectors):
+    recipe = {"pooling": "mean", "query_prefix": "query: ", "passage_prefix": "", "adapter": "a@0123"}
+    DenseIndex.build(vectors, passages, "fake-embedder", embedding=recipe).save(tmp_path)
+    assert DenseIndex.load(tmp_path, "fake-embedder", passages, expected_embedding=recipe).manifest.embedding == recipe
+    with pytest.raises(IndexMismatchError, match="'pooling': 'last'.*rebuild it"):
+        DenseIndex.load(tmp_path, "fake-embedder", passages, expected_embedding={**recipe, "pooling": "last"})

@@ -73,3 +73,23 @@ async def test_engine_embedder_stacks_engine_outputs():
     vectors = await engine_embedder(engine, params)(["a", "bbb"])
     assert vectors.dtype == np.float32 and vectors.tolist() == [[1, 1, 1], [3, 3, 3]]
     assert [t for t, _ in engine.seen] == ["a", "bbb"] and all(p is params for _, p in engine.seen)
+
+
+async def test_engine_embedder_puts_the_passage_prefix_first():
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
+
+    engine, params = FakeEngine(), RetrievalEmbedding(passage_prefix="passage: ", query_prefix="query: ")
+    await engine_embedder(engine, params)(["a"])
+    assert engine.seen == [("passage: a", params)]
+
+
+async def test_load_or_build_records_the_recipe_and_rebuilds_for_another(tmp_path, passages):
+    embed = FakeEmbedder()
+    mean = {"pooling": "mean", "query_prefix": "query: ", "adapter": "a@1"}
+    last = {**mean, "pooling": "last"}
+    first = await load_or_build(tmp_path, passages, embed, "fake", embedding=mean)
+    assert first.manifest.embedding == mean
+    assert (await load_or_build(tmp_path, passages, embed, "fake", embedding=mean)).manifest.embedding == mean
+    assert embed.calls == 5
+    rebuilt = await load_or_build(tmp_path, passages, embed, "fake", embedding=last)
+    assert embed.calls == 10 and rebuilt.manifest.embedding == last

@@ -54,3 +54,28 @@ async def test_dense_retriever_reports_query_tokens():
 async def test_dense_retriever_rejects_bad_arguments(query, k):
     with pytest.raises(ValueError):
         await DenseRetriever(FakeEngine(), FakeIndex()).retrieve(query, k)
+
+
+async def test_dense_retriever_puts_the_query_prefix_first():
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
+
+    engine, params = FakeEngine(), RetrievalEmbedding(model="backbone", query_prefix="query: ", passage_prefix="p: ")
+    await DenseRetriever(engine, FakeIndex(), params).retrieve("who wrote it", 1)
+    assert engine.calls == [("query: who wrote it", params)]
+
+
+def test_dense_retriever_refuses_an_index_embedded_another_way():
+    from types import SimpleNamespace
+
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
+    from orthrus_rag.rag.retriever import IndexRecipeError
+
+    params = RetrievalEmbedding(model="backbone", query_prefix="query: ", adapter="x@1")
+    index = FakeIndex()
+    index.manifest = SimpleNamespace(embedding=params.recipe())
+    DenseRetriever(FakeEngine(), index, params)  # the same recipe: accepted
+    for other in (RetrievalEmbedding(model="backbone", pooling="last", query_prefix="query: ", adapter="x@1"),
+                  RetrievalEmbedding(model="backbone", adapter="x@1"),
+                  RetrievalEmbedding(model="backbone", query_prefix="query: ")):
+        with pytest.raises(IndexRecipeError, match="rebuild the index"):
+            DenseRetriever(FakeEngine(), index, other)

@@ -1,0 +1,28 @@
+"""How retrieval embeds its texts: the engine's PoolingParams plus what retrieval adds around the engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orthrus_rag.engine import PoolingParams
+
+
+@dataclass
+class RetrievalEmbedding(PoolingParams):
+    """PoolingParams (sent with every embed request) plus the text put before each query and before each passage,
+    and the identity of the embedding adapter the engine applies (`name@sha256-prefix`, or None). An index records
+    `recipe()` in its manifest; a retriever refuses an index made with another recipe."""
+
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    adapter: str | None = None
+
+    def recipe(self) -> dict[str, Any]:
+        """What changes the vectors, beyond the embedder's name."""
+        return {"pooling": self.pooling, "normalize": self.normalize, "query_prefix": self.query_prefix,
+                "passage_prefix": self.passage_prefix, "adapter": self.adapter}
+
+
+def describe_recipe(recipe: dict[str, Any]) -> str:
+    """One line for error messages."""
+    return ", ".join(f"{key}={value!r}" for key, value in recipe.items())

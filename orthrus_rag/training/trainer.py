@@ -1,0 +1,269 @@
+"""Contrastive LoRA training of an embedding adapter for a causal LM backbone.
+
+Objective: InfoNCE with in-batch negatives. Each batch holds B (query, passage) pairs; queries (with the query
+prefix) and passages (with the passage prefix) are pooled from the backbone's final-norm hidden states exactly as
+the engine pools backbone rows (orthrus_rag/training/pooled.py), normalised, and the loss is the cross-entropy of
+each query's cosine similarities to the B passages divided by the temperature, the true passage as the label
+(other pairs with the same passage are masked out). Only the LoRA weights train. The result is a PEFT LoRA
+folder (adapter_config.json, adapter_model.safetensors) that `runtime.embedding_adapter` loads, with
+`training.json` (settings, data, losses, recall) and `loss.png` beside it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from orthrus_rag.training.pairs import Pair, PairSource, load_pairs, split_pairs
+from orthrus_rag.training.pooled import POOLINGS, embed_texts, encode_batch, pooled_embeddings
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+METADATA_FILE = "training.json"
+LOSS_PLOT = "loss.png"
+
+
+@dataclass
+class TrainSettings:
+    """One training run; the Hydra config `conf/train_adapter.yaml` documents each key."""
+
+    model: str
+    output: str
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    last_layers: int | None = None
+    pooling: str = "mean"
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    temperature: float = 0.05
+    batch_size: int = 32
+    lr: float = 3e-4
+    warmup_steps: int = 5
+    max_steps: int = 100
+    max_minutes: float | None = None
+    query_max_tokens: int = 32
+    passage_max_tokens: int = 64
+    held_out: int = 128
+    eval_max_tokens: int = 128
+    checkpoint_every: int = 25
+    seed: int = 0
+    num_threads: int | None = None
+    save_dtype: str = "bfloat16"
+
+    def check(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS} (as the engine pools backbone rows), got "
+                             f"{self.pooling!r}")
+        for key in ("rank", "batch_size", "max_steps", "query_max_tokens", "passage_max_tokens", "checkpoint_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if self.batch_size < 2:
+            raise ValueError("batch_size must be at least 2: the other pairs of a batch are the negatives")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if self.save_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"save_dtype must be float32 or bfloat16, got {self.save_dtype!r}")
+
+
+@dataclass
+class TrainResult:
+    output: Path
+    steps: int
+    seconds: float
+    losses: list[float]
+    recall_before: dict[str, float]
+    recall_after: dict[str, float]
+    num_pairs: int
+
+
+# ---- model ----------------------------------------------------------------------------------------------------
+def lora_model(settings: TrainSettings):
+    """The backbone in float32 with fresh LoRA weights (seeded) on the target modules."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orthrus_rag.models import resolve_model_path
+
+    path = resolve_model_path(settings.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    torch.manual_seed(settings.seed)
+    layers = base.config.num_hidden_layers
+    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=list(settings.target_modules), task_type="FEATURE_EXTRACTION",
+                        layers_to_transform=_last(layers, settings.last_layers))
+    return get_peft_model(base, config), tokenizer
+
+
+def _last(layers: int, count: int | None) -> list[int] | None:
+    """The indices of the last `count` decoder layers (None: every layer). Gradients then stop below them."""
+    return None if count is None or count >= layers else list(range(layers - count, layers))
+
+
+# ---- loss -----------------------------------------------------------------------------------------------------
+def info_nce(queries: torch.Tensor, passages: torch.Tensor, passage_ids: list[str], temperature: float) -> torch.Tensor:
+    """In-batch InfoNCE over normalised (B, d) matrices; pairs sharing a passage are not negatives of each other."""
+    logits = queries @ passages.T / temperature
+    same = torch.tensor([[a == b for b in passage_ids] for a in passage_ids], device=logits.device)
+    logits = logits.masked_fill(same & ~torch.eye(len(passage_ids), dtype=torch.bool, device=logits.device),
+                                float("-inf"))
+    return F.cross_entropy(logits, torch.arange(len(passage_ids), device=logits.device))
+
+
+def batch_loss(model, tokenizer, batch: list[Pair], settings: TrainSettings) -> torch.Tensor:
+    queries = encode_batch(tokenizer, [settings.query_prefix + p.query for p in batch], settings.query_max_tokens)
+    passages = encode_batch(tokenizer, [settings.passage_prefix + p.passage for p in batch],
+                            settings.passage_max_tokens)
+    q = pooled_embeddings(model, queries, settings.pooling)
+    d = pooled_embeddings(model, passages, settings.pooling)
+    return info_nce(q, d, [p.passage_id for p in batch], settings.temperature)
+
+
+# ---- held-out recall ------------------------------------------------------------------------------------------
+def held_out_recall(model, tokenizer, pairs: list[Pair], settings: TrainSettings) -> dict[str, float]:
+    """Recall@1 and @5 of each held-out query among the held-out pairs' distinct passages."""
+    if not pairs:
+        return {}
+    model.eval()
+    ids = sorted({p.passage_id for p in pairs})
+    texts = {p.passage_id: settings.passage_prefix + p.passage for p in pairs}
+    d = embed_texts(model, tokenizer, [texts[i] for i in ids], settings.pooling, settings.eval_max_tokens)
+    q = embed_texts(model, tokenizer, [settings.query_prefix + p.query for p in pairs], settings.pooling,
+                    settings.eval_max_tokens)
+    ranks = (q @ d.T).argsort(dim=1, descending=True)
+    gold = torch.tensor([ids.index(p.passage_id) for p in pairs])
+    position = (ranks == gold[:, None]).float().argmax(dim=1)
+    return {f"recall@{k}": (position < k).float().mean().item() for k in (1, 5)}
+
+
+# ---- loop -----------------------------------------------------------------------------------------------------
+def batches(pairs: list[Pair], size: int, seed: int):
+    """Endless seeded epochs of full batches."""
+    rng = random.Random(seed)
+    while True:
+        order = list(pairs)
+        rng.shuffle(order)
+        for start in range(0, len(order) - size + 1, size):
+            yield order[start:start + size]
+
+
+def lr_at(step: int, settings: TrainSettings) -> float:
+    """Linear warm-up, then cosine decay to zero at max_steps."""
+    if step < settings.warmup_steps:
+        return settings.lr * (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, settings.max_steps - settings.warmup_steps)
+    return settings.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], model_and_tokenizer=None) -> TrainResult:
+    """Train, checkpoint every `checkpoint_every` steps, and write the adapter folder to `settings.output`."""
+    settings.check()
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    pairs = load_pairs(source) if isinstance(source, PairSource) else list(source)
+    train_pairs, held = split_pairs(pairs, min(settings.held_out, len(pairs) // 5), settings.seed)
+    if len(train_pairs) < settings.batch_size:
+        raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
+    model, tokenizer = model_and_tokenizer or lora_model(settings)
+    output = Path(settings.output)
+    output.mkdir(parents=True, exist_ok=True)
+    before = held_out_recall(model, tokenizer, held, settings)
+    losses, start = _loop(model, tokenizer, train_pairs, settings, output)
+    after = held_out_recall(model, tokenizer, held, settings)
+    result = TrainResult(output, len(losses), time.perf_counter() - start, losses, before, after, len(train_pairs))
+    save_adapter(model, output, settings.save_dtype, settings.model)
+    write_metadata(output, settings, source, result)
+    plot_losses(losses, output / LOSS_PLOT)
+    return result
+
+
+def _loop(model, tokenizer, pairs: list[Pair], settings: TrainSettings, output: Path) -> tuple[list[float], float]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
+    model.train()
+    losses: list[float] = []
+    start = time.perf_counter()
+    deadline = start + settings.max_minutes * 60 if settings.max_minutes else math.inf
+    bar = tqdm(total=settings.max_steps, desc="training adapter", unit="step")
+    for step, batch in zip(range(settings.max_steps), batches(pairs, settings.batch_size, settings.seed)):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, settings)
+        loss = batch_loss(model, tokenizer, batch, settings)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.update(1)
+        if (step + 1) % settings.checkpoint_every == 0:
+            save_adapter(model, output / "checkpoints" / f"step-{step + 1:06d}", settings.save_dtype,
+                         settings.model)
+        if time.perf_counter() > deadline:
+            break
+    bar.close()
+    model.eval()
+    return losses, start
+
+
+# ---- outputs --------------------------------------------------------------------------------------------------
+def save_adapter(model, folder: Path, dtype: str, base_model: str) -> None:
+    """peft's save_pretrained, the weights then stored in `dtype` (the engine casts them to the model's dtype) and
+    the base model recorded as given (a shipped name stays a name, not this machine's cache path)."""
+    model.save_pretrained(folder)
+    config_file = folder / "adapter_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = base_model
+    config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (folder / "README.md").unlink(missing_ok=True)  # peft's blank model card; training.json says what this is
+    weights = folder / ADAPTER_WEIGHTS
+    tensors = load_file(str(weights))
+    save_file({k: v.to(getattr(torch, dtype)).contiguous() for k, v in tensors.items()}, str(weights),
+              metadata={"format": "pt"})
+
+
+def write_metadata(output: Path, settings: TrainSettings, source: PairSource | list[Pair], result: TrainResult) -> None:
+    data = asdict(source) if isinstance(source, PairSource) else {"pairs": "given in code"}
+    counts = {}
+    for kind in ("title", "question"):
+        counts[kind] = sum(1 for p in (load_pairs(source) if isinstance(source, PairSource) else source)
+                           if p.source == kind)
+    record = {"settings": asdict(settings), "data": {**data, "pairs_by_kind": counts,
+                                                     "training_pairs": result.num_pairs},
+              "steps": result.steps, "seconds": round(result.seconds, 1), "final_loss": _tail_mean(result.losses),
+              "losses": [round(x, 5) for x in result.losses], "held_out_recall_before": result.recall_before,
+              "held_out_recall_after": result.recall_after}
+    (output / METADATA_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def _tail_mean(losses: list[float], n: int = 10) -> float:
+    tail = losses[-n:]
+    return round(sum(tail) / len(tail), 5) if tail else float("nan")
+
+
+def plot_losses(losses: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(range(1, len(losses) + 1), losses, lw=1, label="batch loss")
+    window = max(1, len(losses) // 10)
+    if len(losses) >= window > 1:
+        smooth = [sum(losses[i - window:i]) / window for i in range(window, len(losses) + 1)]
+        ax.plot(range(window, len(losses) + 1), smooth, lw=2, label=f"mean of {window}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("InfoNCE loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

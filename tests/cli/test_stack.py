@@ -1,0 +1,86 @@
+"""The stack's embedder settings: the adapter reaches the engine, and prefixes, pooling and adapter reach the
+index manifest and the retriever."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from orthrus_rag.cli.common import CONF_DIR
+from orthrus_rag.stack import UserError, embedder_name, engine_config, pooling_params
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter(tmp_path_factory, tiny_llama_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(2)
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    folder = tmp_path_factory.mktemp("adapter")
+    model.save_pretrained(folder)
+    return folder
+
+
+def config(embedder: str, **overrides):
+    cfg = OmegaConf.create({"model": {"name": "smollm2-135m-instruct"},
+                            "embedder": OmegaConf.load(CONF_DIR / "embedder" / f"{embedder}.yaml"),
+                            "runtime": OmegaConf.load(CONF_DIR / "runtime" / "default.yaml")})
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def test_backbone_uses_the_shipped_adapter_with_its_prefix():
+    cfg = config("backbone")
+    assert engine_config(cfg).embedding_adapter.endswith("orthrus_rag/models/adapters/smollm2-135m-2wiki")
+    params = pooling_params(cfg)
+    assert params.model == "backbone" and params.query_prefix == "query: " and params.passage_prefix == ""
+    assert params.adapter.startswith("smollm2-135m-2wiki@") and len(params.adapter.split("@")[1]) == 12
+    assert embedder_name(cfg) == "smollm2-135m-instruct:backbone+smollm2-135m-2wiki"
+
+
+def test_raw_backbone_and_minilm_have_no_adapter():
+    for cfg in (config("backbone_raw"), config("backbone", **{"embedder.adapter": None}), config("minilm")):
+        assert engine_config(cfg).embedding_adapter is None and pooling_params(cfg).adapter is None
+    assert embedder_name(config("backbone_raw")) == "smollm2-135m-instruct:backbone"
+    assert pooling_params(config("backbone_raw")).query_prefix == ""
+
+
+def test_runtime_embedding_adapter_wins(tiny_adapter):
+    cfg = config("backbone", **{"runtime.embedding_adapter": str(tiny_adapter)})
+    assert engine_config(cfg).embedding_adapter == str(tiny_adapter)
+    assert pooling_params(cfg).adapter.startswith(f"{tiny_adapter.name}@")
+
+
+def test_adapter_mistakes_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="no PEFT LoRA folder"):
+        engine_config(config("backbone", **{"embedder.adapter": str(tmp_path)}))
+    with pytest.raises(UserError, match="trained for 'smollm2-135m-instruct'.*backbone_raw"):
+        engine_config(config("backbone", **{"model.name": "some/other-model"}))
+
+
+def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_llama_dir, tiny_adapter, tmp_path,
+                                                               capsys):
+    from orthrus_rag.cli.index import main
+    from orthrus_rag.rag import DenseRetriever
+    from orthrus_rag.rag.retriever import IndexRecipeError
+    from indexes import DenseIndex, load_corpus
+    from orthrus_rag.demo import demo_corpus_path
+
+    common = [f"model.name={tiny_llama_dir}", "embedder=backbone", f"embedder.adapter={tiny_adapter}",
+              "runtime.dtype=float32", f"index.folder={tmp_path / 'index'}"]
+    run_app(main, "orthrus-rag-index", *common)
+    recipe = json.loads((tmp_path / "index" / "manifest.json").read_text())["embedding"]
+    assert recipe["pooling"] == "mean" and recipe["query_prefix"] == "query: "
+    assert recipe["adapter"].startswith(f"{tiny_adapter.name}@")
+    run_app(main, "orthrus-rag-index", *common, "embedder.pooling=last")
+    assert "index built in" in capsys.readouterr().out.split("\n")[-3]  # another recipe: rebuilt, not reused
+    index = DenseIndex.load(tmp_path / "index", json.loads((tmp_path / "index" / "manifest.json").read_text())[
+        "embedder"], load_corpus(demo_corpus_path()))
+    cfg = config("backbone", **{"model.name": str(tiny_llama_dir), "embedder.adapter": str(tiny_adapter)})
+    with pytest.raises(IndexRecipeError, match="pooling='last'.*pooling='mean'"):
+        DenseRetriever(None, index, pooling_params(cfg))

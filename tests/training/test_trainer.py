@@ -1,0 +1,101 @@
+"""Contrastive adapter training on a tiny random model: the loss falls, held-out recall rises, and the folder it
+writes is what the engine loads (its rows equal the PEFT model's pooled output)."""
+import json
+import random
+
+import pytest
+import torch
+
+from orthrus_rag.training import Pair, TrainSettings, train_adapter
+from orthrus_rag.training.trainer import info_nce
+
+SYLLABLES = ["ka", "lo", "mi", "ren", "tus", "vo", "zan", "pe", "dor", "fi", "gu", "shi", "bra", "nel", "qua", "ix"]
+KINDS = ["river", "poet", "castle", "village", "composer", "bishop", "mountain", "film"]
+
+
+def toy_pairs(n: int, seed: int = 0) -> list[Pair]:
+    """(name -> short passage about that name) for `n` made-up names."""
+    rng = random.Random(seed)
+    names = set()
+    while len(names) < n:
+        names.add("".join(rng.choice(SYLLABLES) for _ in range(3)).capitalize())
+    pairs = []
+    for i, name in enumerate(sorted(names)):
+        kind, place = rng.choice(KINDS), "".join(rng.choice(SYLLABLES) for _ in range(2)).capitalize()
+        pairs.append(Pair(name, f"Title: {name}\n{name} is a {kind} near {place}.", f"p{i}", "title"))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_llama_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("adapter")
+    settings = TrainSettings(model=str(tiny_llama_dir), output=str(out), rank=8, alpha=16, batch_size=16,
+                             lr=3e-3, warmup_steps=2, max_steps=30, held_out=40, checkpoint_every=15, seed=0,
+                             query_prefix="query: ", passage_max_tokens=32, query_max_tokens=16, temperature=0.05,
+                             save_dtype="float32", num_threads=1)
+    threads = torch.get_num_threads()
+    try:
+        return settings, train_adapter(settings, toy_pairs(160))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_loss_falls_and_held_out_recall_rises(trained):
+    _, result = trained
+    first, last = sum(result.losses[:5]) / 5, sum(result.losses[-5:]) / 5
+    assert last < 0.7 * first, result.losses
+    assert result.recall_after["recall@1"] > result.recall_before["recall@1"] + 0.1, (result.recall_before,
+                                                                                      result.recall_after)
+
+
+def test_writes_peft_folder_checkpoints_metadata_and_plot(trained):
+    settings, result = trained
+    out = result.output
+    for name in ("adapter_config.json", "adapter_model.safetensors", "training.json", "loss.png"):
+        assert (out / name).is_file(), name
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000015", "step-000030"]
+    meta = json.loads((out / "training.json").read_text())
+    assert meta["steps"] == 30 and meta["settings"]["pooling"] == "mean"
+    assert meta["settings"]["query_prefix"] == "query: "
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == settings.model
+
+
+def test_engine_rows_equal_the_peft_model_pooled_output(trained, tiny_llama_dir, tokenizer):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from orthrus_rag.engine import LLMEngine, PoolingParams
+    from orthrus_rag.training.pooled import encode_batch, pooled_embeddings
+    from tests.engine.conftest import run_all, tiny_config
+
+    _, result = trained
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    peft_model = PeftModel.from_pretrained(base, result.output).eval()
+    texts = ["query: Kalomi", "Title: Kalomi\nKalomi is a river near Zanpe."]
+    engine = LLMEngine(tiny_config(tiny_llama_dir, embedding_adapter=str(result.output), max_num_batched_tokens=8))
+    for i, text in enumerate(texts):
+        engine.add_request(f"e{i}", text, PoolingParams(model="backbone"))
+    results = run_all(engine)
+    with torch.no_grad():
+        for i, text in enumerate(texts):
+            want = pooled_embeddings(peft_model, encode_batch(tokenizer, [text], 64), "mean")[0]
+            got = torch.from_numpy(results[f"e{i}"].embedding)
+            assert (got - want).abs().max().item() <= 1e-5
+
+
+def test_info_nce_matches_hand_computed_value():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+    logits = torch.tensor([[1.0, 0.6], [0.0, 0.8]]) / 0.5
+    want = -(logits.log_softmax(1)[0, 0] + logits.log_softmax(1)[1, 1]) / 2
+    assert info_nce(q, d, ["a", "b"], 0.5).item() == pytest.approx(want.item(), abs=1e-6)
+    # a second pair with the same passage is no negative of the first
+    same = info_nce(q, d, ["a", "a"], 0.5)
+    assert same.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_bad_settings_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        TrainSettings(model="x", output=str(tmp_path), pooling="cls").check()
+    with pytest.raises(ValueError, match="negatives"):
+        TrainSettings(model="x", output=str(tmp_path), batch_size=1).check()
