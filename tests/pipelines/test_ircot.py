@@ -51,7 +51,7 @@ async def test_with_fresh_each_step_adds_k_passages_not_seen_yet(retriever, scri
     retriever.results = {Q: passages("a", "b"), "Step one.": passages("b", "a", "c", "e"),
                          "Step two.": passages("a", "d", "c", "e", "f")}
     reasoner = script(["Step one.", "Step two.", "So the answer is: d."])
-    result = await chain(retriever, reasoner, k=2, fresh=True, demo_turns=False).answer(Q)
+    result = await chain(retriever, reasoner, k=2, fresh=True, demo_turns=False, passage_order="retrieval").answer(Q)
     assert ids(result) == ["a", "b", "c", "e", "d", "f"]
     assert [call.params for call in retriever.calls] == [2, 4, 6]  # k more than those already held
     last_prompt = reasoner.calls[2].input[0]["content"]
@@ -148,7 +148,7 @@ async def test_in_retrieval_order_each_step_prompt_extends_the_previous_one(retr
     """The prefix-cache layout: new passages are appended, so a step's prompt starts with the last one's passages."""
     retriever.results = {Q: passages("a", "b"), "Step one.": passages("c", "a"), "Step two.": passages("d", "b")}
     reasoner = script(["Step one.", "Step two.", "So the answer is: d."])
-    await chain(retriever, reasoner, k=2, num_demos=0).answer(Q)
+    await chain(retriever, reasoner, k=2, num_demos=0, passage_order="retrieval").answer(Q)
     prompts = [call.input[0]["content"] for call in reasoner.calls]
     for before, after in zip(prompts, prompts[1:]):
         passages_before = before[: before.index("Question:")].rstrip()

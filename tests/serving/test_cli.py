@@ -63,7 +63,7 @@ def test_rag_serves_the_pipeline_group_entries_as_the_experiments_run_them():
     rag = server_settings(cfg).rag
     assert set(rag.pipelines) == {"no_retrieval", "standard_rag", "ircot", "iter_retgen", "k12"}
     ircot = PIPELINES["ircot"](None, None, **{k: v for k, v in rag.pipelines["ircot"].items() if k != "name"})
-    assert (ircot.k, ircot.demo_turns, ircot.passage_order) == (8, True, "retrieval")
+    assert (ircot.k, ircot.demo_turns, ircot.passage_order) == (8, True, "best_last")
     assert rag.pipelines["k12"]["name"] == "standard_rag" and rag.pipelines["k12"]["k"] == 12
 
 
