@@ -50,12 +50,9 @@ def embed_texts(model: nn.Module, tokenizer, texts: list[str], pooling: str, max
                 batch_size: int = 32) -> torch.Tensor:
     """Normalised embeddings of many texts, batch by batch, longest first to pad little."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out = torch.empty(0)
     parts = {}
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         vectors = pooled_embeddings(model, encode_batch(tokenizer, [texts[i] for i in chunk], max_length), pooling)
         parts.update(zip(chunk, vectors.cpu()))
-    if parts:
-        out = torch.stack([parts[i] for i in range(len(texts))])
-    return out
+    return torch.stack([parts[i] for i in range(len(texts))]) if parts else torch.empty(0)
