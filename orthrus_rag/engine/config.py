@@ -31,7 +31,7 @@ class EngineConfig:
     # Composition policy: how each step's budget is shared between embed and generate work.
     policy: str = "adaptive"  # a name registered in engine/policy.py (POLICIES)
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
-    step_time_target_s: float = 0.2  # for `adaptive`: a step should not take longer than this
+    step_time_target_s: float | None = None  # for `adaptive`: a step that decodes should not take longer (None: off)
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
     embedder_token_cost: float | None = None  # co-located embedder's cost per token vs generator (None = measure)
 
@@ -49,5 +49,6 @@ class EngineConfig:
             raise InvalidRequestError("runtime.kv_memory_fraction must be in (0, 1]", "kv_memory_fraction")
         if not 0 <= self.embed_min_share <= 1:
             raise InvalidRequestError("runtime.embed_min_share must be in [0, 1]", "embed_min_share")
-        if self.step_time_target_s <= 0:
-            raise InvalidRequestError("runtime.step_time_target_s must be > 0", "step_time_target_s")
+        if self.step_time_target_s is not None and not self.step_time_target_s > 0:
+            raise InvalidRequestError("runtime.step_time_target_s must be > 0, or null for no target",
+                                      "step_time_target_s")

@@ -6,21 +6,25 @@ queue the next new request comes from (`choose`) and how many more new-work toke
 - `fcfs`: class-blind; the oldest waiting request first.
 - `weighted`: smooth weighted round-robin between the embed and generate queues (`runtime.weights`).
 - `alternating`: a step holds one kind only (the baseline that never mixes); kinds alternate when both wait.
-- `adaptive` (default): sizes the step by time and splits it by backlog.
-  Step time is modelled as t = a + c_g * n for n generator tokens (a least-squares line over exponentially
-  weighted past steps), and c_e is the embedder's seconds per token measured the same way. With
-  T = `step_time_target_s` and U the tokens already placed (decodes, running chunks):
+- `adaptive` (default): fills the step's budget and splits its new work by backlog; with a step-time target set,
+  sizes steps that hold decodes by time. Step time is modelled as t = a + c_g * n for n generator tokens (a
+  least-squares line over exponentially weighted past steps), and c_e is the embedder's seconds per token measured
+  the same way. With B = `max_num_batched_tokens`, T = `step_time_target_s` and U the tokens already placed
+  (decodes, running chunks):
 
-      cap      = max(min_new, (T - a - c_g * U) / c_g)        new-work tokens this step (generator units)
+      cap      = max(min_new, (T - a - c_g * U) / c_g)   if T is set and the step holds decodes, else B
       P_e      = waiting embed tokens (embedder tokens weighted by c_e / c_g),  P_g = waiting prompt tokens
       share_e  = max(P_e / (P_e + P_g), s_min)  if P_e > 0 else 0
       quota_e  = cap * share_e,  quota_g = cap - quota_e
 
   Embedding requests ride along while their quota lasts; left-over room goes to whichever queue still waits (work
-  conserving). So decode latency stays near T however deep the queues, and the queues drain in proportion to
-  their backlog, so a burst of one kind cannot starve the other. Embeddings are short, finish in one step and sit on
-  the critical path of iterative pipelines (the next generation waits for the retrieval), so while any wait they
-  get at least s_min = `embed_min_share` of the room.
+  conserving). The queues drain in proportion to their backlog, so a burst of one kind cannot starve the other.
+  Embeddings are short, finish in one step and sit on the critical path of iterative pipelines (the next
+  generation waits for the retrieval), so while any wait they get at least s_min = `embed_min_share` of the room.
+  The time target trades throughput for decode latency: every step pays the fixed cost a, so where a is large
+  against T (float32 on a small CPU) it splits new work into many small steps and the queues drain slower than
+  with full steps. It is off by default (null); set it where full steps make decodes wait too long and the
+  hardware still meets T with room for new work.
 """
 from __future__ import annotations
 
@@ -62,6 +66,7 @@ class QueueView:
     pending_tokens: dict[Kind, float]  # waiting work in generator-token units
     running: dict[Kind, int]  # requests already running (decoding or mid-chunk)
     placed_tokens: int = 0  # tokens already in this step
+    decodes: int = 0  # decode rows already in this step
     new_tokens: dict[Kind, float] = field(default_factory=lambda: {"generate": 0.0, "embed": 0.0})
 
     def has(self, kind: Kind) -> bool:
@@ -156,21 +161,22 @@ class AlternatingPolicy(Policy):
 
 @register_policy("adaptive")
 class AdaptivePolicy(Policy):
-    def __init__(self, step_time_target_s: float, min_new_tokens: int, embedder_token_cost: float | None,
-                 embed_min_share: float = 0.5):
+    def __init__(self, step_time_target_s: float | None, min_new_tokens: int, embedder_token_cost: float | None,
+                 embed_min_share: float = 0.5, step_tokens: int = 512):
         self.target = step_time_target_s
+        self.step_tokens = step_tokens  # B: max_num_batched_tokens
         self.min_share = embed_min_share
         self.min_new = min_new_tokens
         self.fixed_ratio = embedder_token_cost
         self.gen_cost = LinearCost()  # generator step seconds against tokens
         self.emb_cost = LinearCost()  # embedder seconds against tokens
-        self.cap = math.inf
+        self.cap = float(step_tokens)
         self.quota = {"generate": math.inf, "embed": math.inf}
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Policy:
         return cls(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost,
-                   config.embed_min_share)
+                   config.embed_min_share, config.max_num_batched_tokens)
 
     @property
     def embed_ratio(self) -> float:
@@ -181,7 +187,8 @@ class AdaptivePolicy(Policy):
         return 1.0
 
     def plan(self, view: QueueView) -> None:
-        if self.gen_cost.ready:
+        self.cap = float(self.step_tokens)
+        if self.target is not None and view.decodes and self.gen_cost.ready:
             c_g = self.gen_cost.slope
             self.cap = max(self.min_new, (self.target - self.gen_cost.intercept - c_g * view.placed_tokens) / c_g)
         pe, pg = view.pending_tokens["embed"], view.pending_tokens["generate"]

@@ -196,4 +196,5 @@ class Scheduler:
             pending_tokens={k: pending(k) for k in KINDS},
             running={k: sum(1 for s in self.running.values() if s.kind == k) for k in KINDS},
             placed_tokens=out.num_backbone_tokens,
+            decodes=sum(1 for c in out.chunks if c.seq.is_decode),
         )

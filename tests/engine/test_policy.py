@@ -5,9 +5,9 @@ from orthrus_rag.engine.policy import AdaptivePolicy, AlternatingPolicy, FCFSPol
     WeightedPolicy
 
 
-def view(gen_head=None, emb_head=None, pending_gen=0.0, pending_emb=0.0, placed=0):
+def view(gen_head=None, emb_head=None, pending_gen=0.0, pending_emb=0.0, placed=0, decodes=None):
     return QueueView({"generate": gen_head, "embed": emb_head}, {"generate": pending_gen, "embed": pending_emb},
-                     {"generate": 0, "embed": 0}, placed)
+                     {"generate": 0, "embed": 0}, placed, placed if decodes is None else decodes)
 
 
 def test_fcfs_takes_the_oldest_head():
@@ -71,9 +71,23 @@ def test_adaptive_keeps_a_floor_when_decodes_fill_the_target():
 
 
 def test_adaptive_embed_share_follows_backlog_above_the_floor():
-    policy = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16, embedder_token_cost=None, embed_min_share=0.5)
-    policy.cap = 100.0
+    policy = AdaptivePolicy(step_time_target_s=None, min_new_tokens=16, embedder_token_cost=None, embed_min_share=0.5,
+                            step_tokens=100)
     policy.plan(view(gen_head=0, emb_head=1, pending_gen=100.0, pending_emb=300.0))
     assert policy.quota == {"embed": 75.0, "generate": 25.0}
     policy.plan(view(gen_head=0, pending_gen=100.0))
     assert policy.quota == {"embed": 0.0, "generate": 100.0}
+
+
+def test_adaptive_fills_the_budget_without_decodes_or_without_a_target():
+    timed = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16, embedder_token_cost=None, step_tokens=256)
+    untimed = AdaptivePolicy(step_time_target_s=None, min_new_tokens=16, embedder_token_cost=None, step_tokens=256)
+    for policy in (timed, untimed):
+        for tokens in [10, 100, 200]:
+            policy.observe(tokens, 0.01 + 0.0005 * tokens, 0, 0.0)
+    timed.plan(view(gen_head=0, pending_gen=900.0, placed=40, decodes=0))  # running chunks only: nothing to protect
+    assert timed.cap == 256
+    timed.plan(view(gen_head=0, pending_gen=900.0, placed=40, decodes=8))
+    assert math.isclose(timed.cap, (0.1 - 0.01 - 0.0005 * 40) / 0.0005)
+    untimed.plan(view(gen_head=0, emb_head=1, pending_gen=300.0, pending_emb=100.0, placed=40, decodes=8))
+    assert untimed.cap == 256 and untimed.quota == {"embed": 128.0, "generate": 128.0}
