@@ -5,6 +5,7 @@
     orthrus-rag-bench modes=[hetero,alternating] workload.requests=32 runtime.step_time_target_s=0.1
     orthrus-rag-bench workload=rag pipeline=ircot dataset=2wiki dataset.split=test dataset.limit=30 rate=0.2
     orthrus-rag-bench workload=rag rates=[null,0.1,0.2]       # closed loop, then two open-loop rates
+    orthrus-rag-bench workload=indexing embedder=backbone     # corpus embedding vs prefill tokens/s
 
 Modes: hetero (this engine), isolated (an embed process and a generate process, half the cores each),
 alternating (this engine, never both kinds in one step), hf (transformers generate + sentence-transformers
@@ -92,6 +93,9 @@ def run(cfg: DictConfig) -> dict:
     if cfg.workload.name == "steps":
         from eval.bench.steps import run_steps_cli
         return run_steps_cli(cfg)
+    if cfg.workload.name == "indexing":
+        from eval.bench.indexing import run_indexing_cli
+        return run_indexing_cli(cfg)
     workload = workload_from_config(cfg)
     bench = run_bench(engine_config(cfg), pooling_params(cfg), workload, list(cfg.modes))
     path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"

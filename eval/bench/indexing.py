@@ -1,0 +1,119 @@
+"""Corpus indexing against prefill (`orthrus-rag-bench workload=indexing`): one engine, the same passages.
+
+- `index`: the passages embedded exactly as `orthrus-rag-index` embeds a corpus (`indexes.build.embed_passages`
+  over `engine_embedder`, `index.batch_size` texts in flight, the embedder's passage prefix);
+- `prefill`: the same texts (prefix included) sent as prompts of generate requests with `max_tokens=1`, the same
+  number in flight: the engine's prefill throughput on the same tokens.
+
+Each round runs both, in alternating order, on a cold prefix cache; the table reports tokens/s from the engine's
+own token counters over the wall time of each run, and `index/prefill` (the issue's target: >= 0.8 with
+`embedder=backbone`). bench.json: `{"workload": "indexing", "rounds": [{"index": {...}, "prefill": {...}}, ...],
+"median": {"index_tok_s", "prefill_tok_s", "index/prefill"}, ...}`.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.rag.types import Passage
+
+
+@dataclass
+class IndexingWorkload:
+    name: str = "indexing"
+    passages: int = 256  # the corpus's first N passages
+    rounds: int = 3  # index and prefill runs each; the median is reported
+
+
+async def _timed(engine: AsyncEngine, work, kind: str) -> dict:
+    before = engine.stats()
+    start = time.perf_counter()
+    await work
+    wall = time.perf_counter() - start
+    after = engine.stats()
+    tokens = after["tokens"][kind] - before["tokens"][kind]
+    return {"tokens": tokens, "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 1),
+            "steps": after["steps"] - before["steps"]}
+
+
+def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int):
+    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+
+    async def run() -> None:
+        for start in range(0, len(texts), in_flight):
+            await asyncio.gather(*(engine.generate(t, params) for t in texts[start:start + in_flight]))
+
+    return run()
+
+
+async def measure(config: EngineConfig, pooling: PoolingParams, passages: list[Passage], batch_size: int,
+                  rounds: int) -> list[dict]:
+    """`rounds` pairs of (index, prefill) runs over `passages`, each on a fresh engine (cold prefix cache)."""
+    from indexes.build import embed_passages, engine_embedder
+
+    prefix = getattr(pooling, "passage_prefix", "")
+    results = []
+    for r in range(rounds):
+        order = ["index", "prefill"] if r % 2 == 0 else ["prefill", "index"]
+        result = {}
+        for name in order:
+            async with AsyncEngine(config) as engine:
+                if name == "index":
+                    work = embed_passages(passages, engine_embedder(engine, pooling), batch_size)
+                    result[name] = await _timed(engine, work, "embed")
+                else:
+                    prompts = [prefix + p.formatted() for p in passages]
+                    result[name] = await _timed(engine, _prefill_all(engine, prompts, batch_size), "prefill")
+        results.append(result)
+    return results
+
+
+def summarise(rounds: list[dict]) -> dict:
+    index = statistics.median(r["index"]["tok_s"] for r in rounds)
+    prefill = statistics.median(r["prefill"]["tok_s"] for r in rounds)
+    return {"index_tok_s": index, "prefill_tok_s": prefill, "index/prefill": round(index / prefill, 3)}
+
+
+def format_indexing_table(bench: dict) -> str:
+    rows = ["| round | index tok/s | prefill tok/s | index/prefill | index steps | prefill steps |",
+            "|---|---|---|---|---|---|"]
+    for i, r in enumerate(bench["rounds"], 1):
+        rows.append(f"| {i} | {r['index']['tok_s']:,.0f} | {r['prefill']['tok_s']:,.0f} | "
+                    f"{r['index']['tok_s'] / r['prefill']['tok_s']:.2f} | {r['index']['steps']} | "
+                    f"{r['prefill']['steps']} |")
+    m = bench["median"]
+    rows.append(f"| median | {m['index_tok_s']:,.0f} | {m['prefill_tok_s']:,.0f} | {m['index/prefill']:.2f} | | |")
+    return "\n".join(rows)
+
+
+def run_indexing_cli(cfg) -> dict:
+    """The Hydra entry: bench.json into the run dir and the table on stdout."""
+    import json
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import to_absolute_path
+
+    from eval.bench.runner import machine_info
+    from orthrus_rag.stack import IndexSpec, engine_config, plain, pooling_params, read_corpus, typed
+
+    workload = typed(IndexingWorkload, cfg.workload, "workload")
+    spec = typed(IndexSpec, cfg.index, "index")
+    passages = read_corpus(Path(to_absolute_path(cfg.corpus)))[:workload.passages]
+    config = engine_config(cfg)
+    rounds = asyncio.run(measure(config, pooling_params(cfg), passages, spec.batch_size, workload.rounds))
+    bench = {"workload": "indexing", "rounds": rounds, "median": summarise(rounds),
+             "config": {"workload": plain(cfg.workload), "corpus": cfg.corpus, "batch_size": spec.batch_size,
+                        "engine": {"policy": config.policy, "step_time_target_s": config.step_time_target_s,
+                                   "max_num_batched_tokens": config.max_num_batched_tokens,
+                                   "dtype": config.dtype, "num_threads": config.num_threads,
+                                   "embedder": config.embedder, "embedding_adapter": config.embedding_adapter}},
+             "machine": machine_info()}
+    path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
+    path.write_text(json.dumps(bench, indent=2) + "\n")
+    print(format_indexing_table(bench))
+    print(f"bench: {path}", flush=True)
+    return bench
