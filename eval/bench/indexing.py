@@ -98,11 +98,15 @@ def run_indexing_cli(cfg) -> dict:
     from hydra.utils import to_absolute_path
 
     from eval.bench.runner import machine_info
-    from orthrus_rag.stack import IndexSpec, engine_config, plain, pooling_params, read_corpus, typed
+    from orthrus_rag.stack import IndexSpec, UserError, engine_config, plain, pooling_params, read_corpus, typed
 
     workload = typed(IndexingWorkload, cfg.workload, "workload")
     spec = typed(IndexSpec, cfg.index, "index")
+    if workload.passages < 1 or workload.rounds < 1 or spec.batch_size < 1:
+        raise UserError("workload.passages, workload.rounds and index.batch_size must be >= 1")
     passages = read_corpus(Path(to_absolute_path(cfg.corpus)))[:workload.passages]
+    if not passages:
+        raise UserError(f"the corpus {cfg.corpus} holds no passages")
     config = engine_config(cfg)
     rounds = asyncio.run(measure(config, pooling_params(cfg), passages, spec.batch_size, workload.rounds))
     bench = {"workload": "indexing", "rounds": rounds, "median": summarise(rounds),

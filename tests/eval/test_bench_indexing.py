@@ -35,3 +35,12 @@ def test_indexing_through_the_bench_command(tiny_llama_dir, tmp_path):
         assert r["index"]["tok_s"] > 0 and r["prefill"]["tok_s"] > 0
     assert set(bench["median"]) == {"index_tok_s", "prefill_tok_s", "index/prefill"}
     assert "| median |" in done.stdout
+
+
+def test_bad_settings_are_one_line_errors(tiny_llama_dir, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "eval.bench.cli", "workload=indexing", f"model.name={tiny_llama_dir}",
+                           "workload.rounds=0", f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "workload.passages, workload.rounds and index.batch_size must be >= 1" in done.stderr
