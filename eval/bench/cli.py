@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -91,18 +92,21 @@ def run(cfg: DictConfig) -> dict:
     if cfg.workload.name == "rag":
         return run_rag(cfg)
     if cfg.workload.name == "steps":
-        from eval.bench.steps import run_steps_cli
-        return run_steps_cli(cfg)
+        from eval.bench.steps import format_steps_table, steps_bench
+        return write_bench(steps_bench(cfg), format_steps_table)
     if cfg.workload.name == "indexing":
-        from eval.bench.indexing import run_indexing_cli
-        return run_indexing_cli(cfg)
+        from eval.bench.indexing import format_indexing_table, indexing_bench
+        return write_bench(indexing_bench(cfg), format_indexing_table)
     workload = workload_from_config(cfg)
-    bench = run_bench(engine_config(cfg), pooling_params(cfg), workload, list(cfg.modes))
+    return write_bench(run_bench(engine_config(cfg), pooling_params(cfg), workload, list(cfg.modes)), format_table)
+
+
+def write_bench(bench: dict, table: Callable[[dict], str]) -> dict:
+    """bench.json into the Hydra run dir; the table `table(bench)` and the file's path on stdout."""
     path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
     path.write_text(json.dumps(bench, indent=2) + "\n")
-    print(format_table(bench))
-    print(f"bench: {path}")
-    sys.stdout.flush()
+    print(table(bench))
+    print(f"bench: {path}", flush=True)
     return bench
 
 

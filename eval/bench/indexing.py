@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams, SamplingParams
 from orthrus_rag.rag.types import Passage
@@ -39,14 +40,10 @@ async def _timed(engine: AsyncEngine, work, kind: str) -> dict:
             "steps": after["steps"] - before["steps"]}
 
 
-def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int):
+async def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int) -> None:
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-
-    async def run() -> None:
-        for start in range(0, len(texts), in_flight):
-            await asyncio.gather(*(engine.generate(t, params) for t in texts[start:start + in_flight]))
-
-    return run()
+    for start in range(0, len(texts), in_flight):
+        await asyncio.gather(*(engine.generate(t, params) for t in texts[start:start + in_flight]))
 
 
 async def measure(config: EngineConfig, pooling: PoolingParams, passages: list[Passage], batch_size: int,
@@ -89,12 +86,8 @@ def format_indexing_table(bench: dict) -> str:
     return "\n".join(rows)
 
 
-def run_indexing_cli(cfg) -> dict:
-    """The Hydra entry: bench.json into the run dir and the table on stdout."""
-    import json
-    from pathlib import Path
-
-    from hydra.core.hydra_config import HydraConfig
+def indexing_bench(cfg) -> dict:
+    """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_indexing_table`)."""
     from hydra.utils import to_absolute_path
 
     from eval.bench.runner import machine_info
@@ -107,17 +100,9 @@ def run_indexing_cli(cfg) -> dict:
     passages = read_corpus(Path(to_absolute_path(cfg.corpus)))[:workload.passages]
     if not passages:
         raise UserError(f"the corpus {cfg.corpus} holds no passages")
-    config = engine_config(cfg)
-    rounds = asyncio.run(measure(config, pooling_params(cfg), passages, spec.batch_size, workload.rounds))
-    bench = {"workload": "indexing", "rounds": rounds, "median": summarise(rounds),
-             "config": {"workload": plain(cfg.workload), "corpus": cfg.corpus, "batch_size": spec.batch_size,
-                        "engine": {"policy": config.policy, "step_time_target_s": config.step_time_target_s,
-                                   "max_num_batched_tokens": config.max_num_batched_tokens,
-                                   "dtype": config.dtype, "num_threads": config.num_threads,
-                                   "embedder": config.embedder, "embedding_adapter": config.embedding_adapter}},
-             "machine": machine_info()}
-    path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
-    path.write_text(json.dumps(bench, indent=2) + "\n")
-    print(format_indexing_table(bench))
-    print(f"bench: {path}", flush=True)
-    return bench
+    config, pooling = engine_config(cfg), pooling_params(cfg)
+    rounds = asyncio.run(measure(config, pooling, passages, spec.batch_size, workload.rounds))
+    return {"workload": "indexing", "rounds": rounds, "median": summarise(rounds),
+            "config": {"workload": asdict(workload), "corpus": cfg.corpus, "index": plain(cfg.index),
+                       "engine": asdict(config), "pooling": asdict(pooling)},
+            "machine": machine_info()}

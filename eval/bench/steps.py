@@ -168,23 +168,14 @@ def format_steps_table(bench: dict) -> str:
     return "\n".join(rows)
 
 
-def run_steps_cli(cfg) -> dict:
-    """The Hydra entry: bench.json into the run dir and the table on stdout."""
-    import json
-    from pathlib import Path
-
-    from hydra.core.hydra_config import HydraConfig
+def steps_bench(cfg) -> dict:
+    """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_steps_table`)."""
     from omegaconf import OmegaConf
 
     from orthrus_rag.stack import engine_config
 
     workload = StepsWorkload.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
-    bench = run_steps(engine_config(cfg), workload)
-    path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
-    path.write_text(json.dumps(bench, indent=2) + "\n")
-    print(format_steps_table(bench))
-    print(f"bench: {path}", flush=True)
-    return bench
+    return run_steps(engine_config(cfg), workload)
 
 
 def _sync(device: torch.device) -> None:
