@@ -228,6 +228,23 @@ def header_facts(rows: list[Row]) -> list[str]:
     return [fact_line(label, [fact(row.results) for row in rows]) for label, fact in FACTS] + [timing_fact(rows)]
 
 
+def type_table(rows: list[Row]) -> list[str]:
+    """Acc per question type (each results.json's `by_type`), rows in the main table's order; nothing when no row
+    recorded types. A column's n is its first row's (every row answers the same questions)."""
+    kinds = sorted({kind for row in rows for kind in row.results.get("by_type", {})})
+    if not kinds:
+        return []
+    counts = {kind: next(row.results["by_type"][kind]["n"] for row in rows if kind in row.results.get("by_type", {}))
+              for kind in kinds}
+    header = ["#", "pipeline", *(f"{kind} (n={counts[kind]})" for kind in kinds)]
+    lines = ["## Acc by question type", "", "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for rank, row in enumerate(rows, 1):
+        by_type = row.results.get("by_type", {})
+        cells = [f"{by_type[kind]['acc']:.3f}" if kind in by_type else "-" for kind in kinds]
+        lines.append("| " + " | ".join([str(rank), row.results["pipeline"], *cells]) + " |")
+    return ["", *lines]
+
+
 def render(rows: list[Row]) -> str:
     """LEADERBOARD.md for these rows: a function of the results alone, so equal results give equal bytes."""
     rows = sorted(rows, key=lambda row: row.sort_key)
@@ -241,6 +258,7 @@ def render(rows: list[Row]) -> str:
              *header_facts(rows), "",
              "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
     lines += ["| " + " | ".join(table_row(i + 1, row)) + " |" for i, row in enumerate(rows)]
+    lines += type_table(rows)
     lines += ["", "Each row's settings live in `conf/experiment/leaderboard/` (shared ones in `_pinned.yaml`) and its "
               "results in `leaderboard/results/<row>.json`. `python -m eval.leaderboard` reruns every row one after "
               "another and rebuilds this file; `python -m eval.leaderboard --from-results leaderboard/results` "

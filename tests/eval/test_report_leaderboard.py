@@ -112,6 +112,24 @@ def test_rebuild_is_byte_for_byte_and_reads_the_header_from_the_runs(tmp_path):
     assert str(tmp_path) not in text  # nothing depends on where the files were read from
 
 
+def test_acc_by_question_type_follows_the_main_table(tmp_path):
+    low = full_results("standard_rag", 0.1, "2026-12-01T10:00:00+00:00")
+    high = full_results("ircot", 0.2, "2026-12-01T12:00:00+00:00")
+    low["by_type"] = {"comparison": {"n": 3, "acc": 0.125}, "inference": {"n": 2, "acc": 0.5}}
+    high["by_type"] = {"comparison": {"n": 3, "acc": 1 / 3}}
+    out = tmp_path / "LEADERBOARD.md"
+    main(["--from-results", str(write_rows(tmp_path / "results", {"a": low, "b": high})), "--out", str(out)])
+    section = out.read_text().split("## Acc by question type")[1]
+    assert "| # | pipeline | comparison (n=3) | inference (n=2) |" in section
+    assert "| 1 | ircot | 0.333 | - |" in section and "| 2 | standard_rag | 0.125 | 0.500 |" in section
+
+
+def test_no_type_table_without_types(tmp_path):
+    out = tmp_path / "LEADERBOARD.md"
+    main(["--from-results", str(write_rows(tmp_path / "results", {"a": results("x", 0.1, 0.1)})), "--out", str(out)])
+    assert "question type" not in out.read_text()
+
+
 def test_header_names_differences_and_overlapping_runs(tmp_path):
     folder = write_rows(tmp_path, {
         "a": full_results("ircot", 0.3, "2026-12-01T10:00:00+00:00", wall_s=600),
@@ -193,7 +211,7 @@ def test_row_configs_compose_and_pin_what_changes_a_number():
         for name in row_names():
             cfg = compose("config", overrides=[f"+experiment=leaderboard/{name}"])
             assert name.startswith(cfg.pipeline.name) and cfg.dataset.name == "2wiki" and cfg.dataset.split == "test"
-            assert (cfg.dataset.limit, cfg.concurrency, cfg.index.factory) == (200, 16, "Flat")
-            assert (cfg.runtime.dtype, cfg.runtime.device, cfg.runtime.num_threads) == ("bfloat16", "cpu", 1)
+            assert (cfg.dataset.limit, cfg.workers, cfg.concurrency, cfg.index.factory) == (200, 2, 8, "Flat")
+            assert (cfg.runtime.dtype, cfg.runtime.device, cfg.runtime.num_threads) == ("float32", "cpu", 1)
             assert (cfg.model.name, cfg.embedder.name) == ("smollm2-135m-instruct", "all-minilm-l6-v2")
             assert (cfg.metrics.bootstrap_seed, cfg.metrics.bootstrap_resamples) == (0, 1000)
