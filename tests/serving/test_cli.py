@@ -59,12 +59,12 @@ async def test_real_rag_answers_with_passages_and_trace(engine, tmp_path):
 def test_rag_serves_the_pipeline_group_entries_as_the_experiments_run_them():
     from pipelines import PIPELINES
 
-    cfg = config("server.rag.pipelines.ircot.k=8", "+pipeline@server.rag.pipelines.k12=standard_rag_k12")
+    cfg = config("server.rag.pipelines.ircot.k=8", "+pipeline@server.rag.pipelines.k15=standard_rag_k15")
     rag = server_settings(cfg).rag
-    assert set(rag.pipelines) == {"no_retrieval", "standard_rag", "ircot", "iter_retgen", "k12"}
+    assert set(rag.pipelines) == {"no_retrieval", "standard_rag", "ircot", "iter_retgen", "k15"}
     ircot = PIPELINES["ircot"](None, None, **{k: v for k, v in rag.pipelines["ircot"].items() if k != "name"})
     assert (ircot.k, ircot.demo_turns, ircot.passage_order) == (8, True, "best_last")
-    assert rag.pipelines["k12"]["name"] == "standard_rag" and rag.pipelines["k12"]["k"] == 12
+    assert rag.pipelines["k15"]["name"] == "standard_rag" and rag.pipelines["k15"]["k"] == 15
 
 
 def test_server_settings_of_the_wrong_type_are_one_line_errors(monkeypatch, capsys):
