@@ -185,7 +185,11 @@ def date_fact(r: dict) -> str:
 
 
 def index_fact(r: dict) -> str:
-    return f"FAISS `{_get(r, 'config', 'index', 'factory')}`"
+    """The dense index and how the row retrieved (`index.retrieval`; results from before it existed: dense)."""
+    index = _get(r, "config", "index") or {}
+    retrieval = index.get("retrieval", "dense")
+    fused = f" (rrf_k {index.get('rrf_k')}, {index.get('candidates')} candidates a side)" if retrieval == "hybrid" else ""
+    return f"FAISS `{index.get('factory')}`, {retrieval} retrieval{fused}"
 
 
 FACTS = [("Models", models_fact), ("Runtime", runtime_fact), ("Index", index_fact), ("Corpus", corpus_fact),

@@ -101,7 +101,7 @@ def test_rebuild_is_byte_for_byte_and_reads_the_header_from_the_runs(tmp_path):
                                          "0.210 [0.160, 0.260]", "0.632 [0.600, 0.660]", "0.300 [0.200, 0.400]"]
     for fact in ["- Models: generator `smollm2-135m-instruct`, embedder `all-minilm-l6-v2`",
                  "- Runtime: dtype bfloat16, device cpu, torch threads 1, policy adaptive, max_num_batched_tokens 512, "
-                 "concurrency 16", "- Index: FAISS `Flat`",
+                 "concurrency 16", "- Index: FAISS `Flat`, dense retrieval",
                  "- Corpus: `corpus.jsonl`, 6,119 passages (fingerprint abc123)",
                  "- Questions: 2wiki test split: the first 100 of 700 questions (1,000 in `questions.jsonl`)",
                  "- Machine: Xeon X, 2 cores", "- Software: torch 2.13.0, transformers 5.24.0, Python 3.11.9",
@@ -135,8 +135,13 @@ def test_header_names_differences_and_overlapping_runs(tmp_path):
         "a": full_results("ircot", 0.3, "2026-12-01T10:00:00+00:00", wall_s=600),
         "b": full_results("iter_retgen", 0.2, "2026-12-01T10:05:00+00:00", wall_s=600, cpu="EPYC Y"),
         "c": full_results("no_retrieval", 0.1, "2026-12-02T10:00:00+00:00", cpu="EPYC Y")})
+    hybrid = json.loads((folder / "a.json").read_text())
+    hybrid["config"]["index"].update(retrieval="hybrid", rrf_k=60, candidates=15)
+    (folder / "a.json").write_text(json.dumps(hybrid))
     main(["--from-results", str(folder), "--out", str(tmp_path / "L.md")])
     text = (tmp_path / "L.md").read_text()
+    assert ("- Index: FAISS `Flat`, hybrid retrieval (rrf_k 60, 15 candidates a side) (row 1); "
+            "FAISS `Flat`, dense retrieval (rows 2, 3)") in text
     assert "- Machine: Xeon X, 2 cores (row 1); EPYC Y, 2 cores (rows 2, 3)" in text
     assert "- Date (UTC): 2026-12-01 (rows 1, 2); 2026-12-02 (row 3)" in text
     assert "- Timing: rows ran side by side (rows 1 and 2 overlapped)" in text
@@ -174,9 +179,8 @@ def test_running_the_rows_saves_them_and_rebuilds_the_same_bytes(tmp_path, monke
     assert out.read_bytes() == (tmp_path / "again.md").read_bytes()
 
 
-@pytest.mark.skipif(not list((ROOT / "leaderboard" / "results").glob("*.json")),
-                    reason="no committed leaderboard results yet (python -m eval.leaderboard writes them)")
 def test_committed_results_rebuild_the_committed_leaderboard(tmp_path):
+    assert {p.stem for p in (ROOT / "leaderboard" / "results").glob("*.json")} == set(row_names())
     main(["--from-results", str(ROOT / "leaderboard" / "results"), "--out", str(tmp_path / "LEADERBOARD.md")])
     assert (tmp_path / "LEADERBOARD.md").read_bytes() == (ROOT / "LEADERBOARD.md").read_bytes()
 
