@@ -9,6 +9,9 @@ and 8, and k=4 here has not been re-tuned for these settings.
 
 Settings that depart from the paper, for comparison (each off by default):
 - `answer_from: chain` returns the chain's own stated answer when it states one (the reader answers otherwise).
+- `answer_from: conclude` returns the stated answer too, and otherwise shows the chain every passage held and
+  lets it write "N. So the answer is: ...": no separate reader prompt, so the prefix cache serves the whole
+  conclusion prompt but the passages retrieved after the last step.
 - `fresh: true` adds k passages not held yet at every step (instead of the new ones among the top k).
 - `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
 
@@ -28,11 +31,12 @@ from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer, find_answer
-from orthrus_rag.rag.answer import first_sentence
+from orthrus_rag.rag.answer import clean_answer, first_sentence
+from orthrus_rag.rag.reasoner import Message
 from pipelines.prompts import load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
-ANSWER_FROM = ("reader", "chain")
+ANSWER_FROM = ("reader", "chain", "conclude")
 PASSAGE_ORDERS = ("retrieval", "best_last")
 
 
@@ -45,7 +49,8 @@ class IRCoT(Pipeline):
     max_passages: int = 15  # cap on the passages held
     query: str = "sentence"  # the retrieval query after a step: sentence | question+sentence
     fresh: bool = False  # each step adds k passages not held yet (else: the new ones among its top k)
-    answer_from: str = "reader"  # reader: a reader over all passages answers | chain: the chain's stated answer
+    answer_from: str = "reader"  # reader: a separate reader over all passages | chain: the chain's stated answer
+    #                               | conclude: the chain, shown every passage held, concludes (prefix-cached)
     passage_order: str = "best_last"  # best_last: best nearest the question | retrieval: as retrieved (prefix cache)
     prompt: str = "ircot"
     reader_prompt: str = "qa_with_passages"
@@ -81,8 +86,10 @@ class IRCoT(Pipeline):
                 break
             if step + 1 < self.max_steps and len(passages) < self.max_passages:
                 passages = await self._retrieve_more(question, sentence, passages)
-        if stated is not None and self.answer_from == "chain":
+        if stated is not None and self.answer_from in ("chain", "conclude"):
             return Answer(question, stated, passages)
+        if self.answer_from == "conclude":
+            return Answer(question, await self._conclude(question, passages, reasoning), passages)
         return Answer(question, await self._read(question, passages), passages)
 
     async def _retrieve_more(self, question: str, sentence: str, passages: list[Passage]) -> list[Passage]:
@@ -93,11 +100,22 @@ class IRCoT(Pipeline):
 
     async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         """The next reasoning sentence: the generator continues the numbered steps so far after the next number."""
+        text = await self.reason(self._chain_prompt(question, passages, transcript(reasoning)),
+                                 SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
+        return first_sentence(text.strip()).strip()
+
+    async def _conclude(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
+        """The chain's answer from every passage held: the step prompt, then "N. So the answer is:" to continue.
+        It starts as the last step's prompt did, so the prefix cache serves all but the passages added since."""
+        prompt = self._chain_prompt(question, passages, transcript(reasoning) + " So the answer is:")
+        text = await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens, stop=["\n"]))
+        return clean_answer(text)
+
+    def _chain_prompt(self, question: str, passages: list[Passage], reply: str) -> list[Message]:
+        """The reasoning prompt over `passages` (in `passage_order`), the assistant's reply begun with `reply`."""
         shown = passages[::-1] if self.passage_order == "best_last" else passages
         messages = self._template.messages(question, shown, self._demos, self.passage_words, self.demo_turns)
-        messages.append({"role": "assistant", "content": transcript(reasoning)})
-        text = await self.reason(messages, SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
-        return first_sentence(text.strip()).strip()
+        return [*messages, {"role": "assistant", "content": reply}]
 
     async def _read(self, question: str, passages: list[Passage]) -> str:
         """The reader: a short answer to the question from all passages held."""

@@ -105,6 +105,25 @@ async def test_with_answer_from_chain_the_stated_answer_is_returned(retriever, s
     assert result.prediction == "yes" and len(reasoner.calls) == 1
 
 
+async def test_conclude_returns_a_stated_answer_without_a_reader(retriever, script):
+    reasoner = script(["A is B.", "So the answer is: B.", "unused"])
+    result = await IRCoT(retriever, reasoner, k=1, answer_from="conclude").answer(Q)
+    assert result.prediction == "B" and len(reasoner.calls) == 2
+
+
+async def test_conclude_asks_the_chain_for_its_answer_over_every_passage(retriever, script):
+    """Without a stated answer, the last prompt is the step prompt over all passages with the answer sentence begun."""
+    retriever.results = {Q: passages("a"), "A is B.": passages("b"), "B is C.": passages("c")}
+    reasoner = script(["A is B.", "B is C.", " Oslo.", "unused"])
+    result = await IRCoT(retriever, reasoner, k=1, max_steps=2, num_demos=0, answer_from="conclude",
+                         passage_order="retrieval").answer(Q)
+    assert result.prediction == "Oslo" and len(reasoner.calls) == 3
+    user, reply = reasoner.calls[2].input[-2:]
+    assert reply == {"role": "assistant", "content": "1. A is B.\n2. B is C.\n3. So the answer is:"}
+    assert user["content"] == reasoner.calls[1].input[-2]["content"]  # the same passages as the last step
+    assert [p.id for p in result.passages] == ["a", "b"]
+
+
 @pytest.mark.parametrize("outputs", [["", "unused"], [" \n", "unused"], ["Same.", "Same."]])
 async def test_stops_when_nothing_new_is_generated(retriever, script, outputs):
     reasoner = script(outputs + ["unused"] * 5)
