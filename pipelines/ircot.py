@@ -17,8 +17,9 @@ Settings that depart from the paper, for comparison (each off by default):
 
 Passage order: `best_last` (the default) lists the passages best last, nearest the question; `retrieval` lists
 them in the order they were retrieved, so each step's prompt extends the previous one and the engine's prefix
-cache serves all but the new tail. On 20 dev questions `retrieval` computed 1.6x fewer prefill tokens per question
-but found fewer gold passages (recall 0.69 against 0.78), so it is a setting, not the default (pipelines/README.md).
+cache serves all but the new tail. On 40 dev questions `retrieval` with `answer_from: conclude` computed 2.4x
+fewer prefill tokens per question but found fewer gold passages (recall 0.66 against 0.73) and answered fewer
+(Acc 0.10 against 0.18), so both are settings, not defaults (pipelines/README.md).
 
 Deliberate differences that stay: the reasoning is written as numbered lines ("1. ...", "2. ..."), each
 step started with its number, so a small generator writes one more fact instead of ending its turn; with
