@@ -11,7 +11,8 @@ Settings that depart from the paper, for comparison (each off by default):
 - `answer_from: chain` returns the chain's own stated answer when it states one (the reader answers otherwise).
 - `answer_from: conclude` returns the stated answer too, and otherwise shows the chain every passage held and
   lets it write "N. So the answer is: ...": no separate reader prompt, so the prefix cache serves the whole
-  conclusion prompt but the passages retrieved after the last step.
+  conclusion prompt but the passages retrieved after the last step (on 40 dev questions: 1.4x fewer computed
+  prefill tokens, 3 answers right against the reader's 7).
 - `fresh: true` adds k passages not held yet at every step (instead of the new ones among the top k).
 - `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
 
