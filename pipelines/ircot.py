@@ -26,9 +26,8 @@ Deliberate differences that stay: the paper retrieves with BM25, here with whate
 (dense MiniLM by default; `index.retrieval=bm25` is the paper's, `hybrid` fuses both: on 40 dev questions hybrid
 found about as many gold passages as dense, 0.73 against 0.73, and answered fewer); the reasoning is written as
 numbered lines ("1. ...", "2. ..."), each step started with its number, so a small generator writes one more
-fact instead of ending its turn; with
-`demo_turns` the worked examples are earlier turns of the chat; passages are cut at `passage_words` words
-(the corpus's paragraphs average 71, so most are whole).
+fact instead of ending its turn; with `demo_turns` the worked examples are earlier turns of the chat; passages
+are cut at `passage_words` words (the corpus's paragraphs average 71, so most are whole).
 """
 from __future__ import annotations
 

@@ -35,14 +35,6 @@ def wait_until(condition, timeout: float, message: str) -> None:
         time.sleep(0.2)
 
 
-async def until(condition, timeout: float, message: str) -> None:
-    """`wait_until` for a test whose own requests run on the event loop meanwhile."""
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(condition):
-        assert time.monotonic() < deadline, message
-        await asyncio.sleep(0.2)
-
-
 def both_running(url: str) -> bool:
     """Both replicas report requests running (their counters reach the ingress once a stats period)."""
     running = metric(url, "orthrus_replica_running_requests")
@@ -152,7 +144,8 @@ async def test_killing_a_replica_gives_503s_then_it_comes_back(ray_url):
     victim = names[0]
     async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:
         load = [asyncio.ensure_future(client.post("/v1/completions", json=body)) for _ in range(50)]
-        await until(lambda: both_running(ray_url), 60, "the load never reached both replicas")
+        # polled in a thread, so the requests on this event loop go on meanwhile
+        await asyncio.to_thread(wait_until, lambda: both_running(ray_url), 60, "the load never reached both replicas")
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
         replies = await asyncio.gather(*load)
     statuses = [r.status_code for r in replies]
