@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -19,6 +20,7 @@ from bm25s.tokenization import Tokenizer
 from indexes.corpus import corpus_fingerprint
 from orthrus_rag.rag.types import Passage
 
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its build notes reach the console
 BM25_MANIFEST_FILE = "bm25.json"
 STOPWORDS = "en"
 

@@ -4,15 +4,15 @@ Objective: InfoNCE with in-batch negatives. Each batch holds B (query, passage) 
 prefix) and passages (with the passage prefix) are pooled from the backbone's final-norm hidden states exactly as
 the engine pools backbone rows (orthrus_rag/training/pooled.py), normalised, and the loss is the cross-entropy of
 each query's cosine similarities to the B passages divided by the temperature, the true passage as the label
-(other pairs with the same passage are masked out). Only the LoRA weights train. The result is a PEFT LoRA
-folder (adapter_config.json, adapter_model.safetensors) that `runtime.embedding_adapter` loads, with
-`training.json` (settings, data, losses, recall) and `loss.png` beside it.
+(other passages relevant to the query, such as a question's second gold passage, are masked out). Batches are
+random or built around BM25 hard negatives (orthrus_rag/training/batching.py). Only the LoRA weights train. The
+result is a PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) that `runtime.embedding_adapter`
+loads, with `training.json` (settings, data, losses, recall) and `loss.png` beside it.
 """
 from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from orthrus_rag.training.batching import BATCHINGS, bm25_batches, random_batches, relevant_passages
 from orthrus_rag.training.pairs import Pair, PairSource, load_pairs, split_pairs
 from orthrus_rag.training.pooled import POOLINGS, embed_texts, encode_batch, pooled_embeddings
 
@@ -46,6 +47,8 @@ class TrainSettings:
     passage_prefix: str = ""
     temperature: float = 0.05
     batch_size: int = 32
+    batching: str = "random"
+    group_size: int = 8
     lr: float = 3e-4
     warmup_steps: int = 5
     max_steps: int = 100
@@ -66,6 +69,10 @@ class TrainSettings:
         for key in ("rank", "batch_size", "max_steps", "query_max_tokens", "passage_max_tokens", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if self.batching not in BATCHINGS:
+            raise ValueError(f"batching must be one of {BATCHINGS}, got {self.batching!r}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be at least 2 (a seed pair and a hard negative), got {self.group_size}")
         if self.batch_size < 2:
             raise ValueError("batch_size must be at least 2: the other pairs of a batch are the negatives")
         if self.temperature <= 0:
@@ -110,22 +117,29 @@ def _last(layers: int, count: int | None) -> list[int] | None:
 
 
 # ---- loss -----------------------------------------------------------------------------------------------------
-def info_nce(queries: torch.Tensor, passages: torch.Tensor, passage_ids: list[str], temperature: float) -> torch.Tensor:
-    """In-batch InfoNCE over normalised (B, d) matrices; pairs sharing a passage are not negatives of each other."""
+def info_nce(queries: torch.Tensor, passages: torch.Tensor, relevant: torch.Tensor, temperature: float) -> torch.Tensor:
+    """In-batch InfoNCE over normalised (B, d) matrices; `relevant[i, j]` (i != j) keeps passage j out of query i's
+    negatives."""
     logits = queries @ passages.T / temperature
-    same = torch.tensor([[a == b for b in passage_ids] for a in passage_ids], device=logits.device)
-    logits = logits.masked_fill(same & ~torch.eye(len(passage_ids), dtype=torch.bool, device=logits.device),
-                                float("-inf"))
-    return F.cross_entropy(logits, torch.arange(len(passage_ids), device=logits.device))
+    eye = torch.eye(len(queries), dtype=torch.bool, device=logits.device)
+    logits = logits.masked_fill(relevant.to(logits.device) & ~eye, float("-inf"))
+    return F.cross_entropy(logits, torch.arange(len(queries), device=logits.device))
 
 
-def batch_loss(model, tokenizer, batch: list[Pair], settings: TrainSettings) -> torch.Tensor:
+def relevance_mask(batch: list[Pair], relevant: dict[str, set[str]]) -> torch.Tensor:
+    """(B, B): passage j is relevant to query i (its own pair, the same passage, or another gold passage of it)."""
+    return torch.tensor([[b.passage_id == a.passage_id or b.passage_id in relevant.get(a.query, ())
+                          for b in batch] for a in batch])
+
+
+def batch_loss(model, tokenizer, batch: list[Pair], relevant: dict[str, set[str]],
+               settings: TrainSettings) -> torch.Tensor:
     queries = encode_batch(tokenizer, [settings.query_prefix + p.query for p in batch], settings.query_max_tokens)
     passages = encode_batch(tokenizer, [settings.passage_prefix + p.passage for p in batch],
                             settings.passage_max_tokens)
     q = pooled_embeddings(model, queries, settings.pooling)
     d = pooled_embeddings(model, passages, settings.pooling)
-    return info_nce(q, d, [p.passage_id for p in batch], settings.temperature)
+    return info_nce(q, d, relevance_mask(batch, relevant), settings.temperature)
 
 
 # ---- held-out recall ------------------------------------------------------------------------------------------
@@ -146,14 +160,11 @@ def held_out_recall(model, tokenizer, pairs: list[Pair], settings: TrainSettings
 
 
 # ---- loop -----------------------------------------------------------------------------------------------------
-def batches(pairs: list[Pair], size: int, seed: int):
-    """Endless seeded epochs of full batches."""
-    rng = random.Random(seed)
-    while True:
-        order = list(pairs)
-        rng.shuffle(order)
-        for start in range(0, len(order) - size + 1, size):
-            yield order[start:start + size]
+def batches(pairs: list[Pair], settings: TrainSettings):
+    """Endless seeded batches as `settings.batching` builds them."""
+    if settings.batching == "bm25":
+        return bm25_batches(pairs, settings.batch_size, settings.group_size, settings.seed)
+    return random_batches(pairs, settings.batch_size, settings.seed)
 
 
 def lr_at(step: int, settings: TrainSettings) -> float:
@@ -177,7 +188,7 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     output = Path(settings.output)
     output.mkdir(parents=True, exist_ok=True)
     before = held_out_recall(model, tokenizer, held, settings)
-    losses, start = _loop(model, tokenizer, train_pairs, settings, output)
+    losses, start = _loop(model, tokenizer, train_pairs, relevant_passages(pairs), settings, output)
     after = held_out_recall(model, tokenizer, held, settings)
     result = TrainResult(output, len(losses), time.perf_counter() - start, losses, before, after, len(train_pairs))
     save_adapter(model, output, settings.save_dtype, settings.model)
@@ -186,7 +197,8 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     return result
 
 
-def _loop(model, tokenizer, pairs: list[Pair], settings: TrainSettings, output: Path) -> tuple[list[float], float]:
+def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], settings: TrainSettings,
+          output: Path) -> tuple[list[float], float]:
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
     model.train()
@@ -194,10 +206,10 @@ def _loop(model, tokenizer, pairs: list[Pair], settings: TrainSettings, output: 
     start = time.perf_counter()
     deadline = start + settings.max_minutes * 60 if settings.max_minutes else math.inf
     bar = tqdm(total=settings.max_steps, desc="training adapter", unit="step")
-    for step, batch in zip(range(settings.max_steps), batches(pairs, settings.batch_size, settings.seed)):
+    for step, batch in zip(range(settings.max_steps), batches(pairs, settings)):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings)
-        loss = batch_loss(model, tokenizer, batch, settings)
+        loss = batch_loss(model, tokenizer, batch, relevant, settings)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

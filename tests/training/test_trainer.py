@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from orthrus_rag.training import Pair, TrainSettings, train_adapter
-from orthrus_rag.training.trainer import info_nce
+from orthrus_rag.training.trainer import info_nce, relevance_mask
 
 SYLLABLES = ["ka", "lo", "mi", "ren", "tus", "vo", "zan", "pe", "dor", "fi", "gu", "shi", "bra", "nel", "qua", "ix"]
 KINDS = ["river", "poet", "castle", "village", "composer", "bishop", "mountain", "film"]
@@ -32,7 +32,7 @@ def trained(tiny_llama_dir, tmp_path_factory):
     settings = TrainSettings(model=str(tiny_llama_dir), output=str(out), rank=8, alpha=16, batch_size=16,
                              lr=3e-3, warmup_steps=2, max_steps=30, held_out=40, checkpoint_every=15, seed=0,
                              query_prefix="query: ", passage_max_tokens=32, query_max_tokens=16, temperature=0.05,
-                             save_dtype="float32", num_threads=1)
+                             save_dtype="float32", num_threads=1, batching="bm25", group_size=4)
     threads = torch.get_num_threads()
     try:
         return settings, train_adapter(settings, toy_pairs(160))
@@ -88,10 +88,17 @@ def test_info_nce_matches_hand_computed_value():
     d = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
     logits = torch.tensor([[1.0, 0.6], [0.0, 0.8]]) / 0.5
     want = -(logits.log_softmax(1)[0, 0] + logits.log_softmax(1)[1, 1]) / 2
-    assert info_nce(q, d, ["a", "b"], 0.5).item() == pytest.approx(want.item(), abs=1e-6)
-    # a second pair with the same passage is no negative of the first
-    same = info_nce(q, d, ["a", "a"], 0.5)
-    assert same.item() == pytest.approx(0.0, abs=1e-6)
+    assert info_nce(q, d, torch.eye(2, dtype=torch.bool), 0.5).item() == pytest.approx(want.item(), abs=1e-6)
+    # a passage relevant to another query of the batch is no negative of it
+    assert info_nce(q, d, torch.ones(2, 2, dtype=torch.bool), 0.5).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_relevance_mask_covers_the_same_passage_and_other_gold_passages():
+    batch = [Pair("q", "A", "a", "question"), Pair("q", "B", "b", "question"), Pair("Title A", "A", "a", "title"),
+             Pair("Title C", "C", "c", "title")]
+    relevant = {"q": {"a", "b"}, "Title A": {"a"}, "Title C": {"c"}}
+    assert relevance_mask(batch, relevant).tolist() == [[True, True, True, False], [True, True, True, False],
+                                                        [True, False, True, False], [False, False, False, True]]
 
 
 def test_bad_settings_are_clear_errors(tmp_path):
@@ -99,3 +106,7 @@ def test_bad_settings_are_clear_errors(tmp_path):
         TrainSettings(model="x", output=str(tmp_path), pooling="cls").check()
     with pytest.raises(ValueError, match="negatives"):
         TrainSettings(model="x", output=str(tmp_path), batch_size=1).check()
+    with pytest.raises(ValueError, match="batching must be one of"):
+        TrainSettings(model="x", output=str(tmp_path), batching="hard").check()
+    with pytest.raises(ValueError, match="group_size"):
+        TrainSettings(model="x", output=str(tmp_path), group_size=1).check()
