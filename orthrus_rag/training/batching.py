@@ -67,9 +67,11 @@ def bm25_batches(pairs: list[Pair], size: int, group_size: int, seed: int, depth
         rng.shuffle(seeds)
         batch: list[Pair] = []
         for seed_pair in seeds:
-            group = [seed_pair] if _fits(seed_pair, batch, relevant) else []
+            if not _fits(seed_pair, batch, relevant):
+                continue
+            group = [seed_pair]
             for pid in neighbours[seed_pair.query]:
-                if len(group) == group_size or not group:
+                if len(group) == group_size:
                     break
                 candidate = rng.choice(by_passage[pid])
                 if _fits(candidate, batch + group, relevant):
