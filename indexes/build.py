@@ -68,11 +68,12 @@ async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], e
 
 def engine_embedder(engine: EngineLike, pooling_params: PoolingParams) -> EmbedMany:
     """An `embed_many` that sends one `engine.embed` request a text, all at once, and stacks the vectors; each
-    text gets the params' `passage_prefix` (RetrievalEmbedding) first."""
+    text gets the params' `passage_prefix` first and is cut at their `passage_max_tokens` (RetrievalEmbedding)."""
     prefix = getattr(pooling_params, "passage_prefix", "")
+    params = pooling_params.for_passages() if hasattr(pooling_params, "for_passages") else pooling_params
 
     async def embed_many(texts: list[str]) -> np.ndarray:
-        outputs = await asyncio.gather(*(engine.embed(prefix + text, pooling_params) for text in texts))
+        outputs = await asyncio.gather(*(engine.embed(prefix + text, params) for text in texts))
         return np.stack([np.asarray(out.embedding, dtype=np.float32) for out in outputs])
 
     return embed_many

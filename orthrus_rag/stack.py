@@ -125,10 +125,13 @@ def pooling_params(cfg: DictConfig) -> RetrievalEmbedding:
 
     model = cfg.embedder.model if cfg.embedder.name else "backbone"
     adapter = embedding_adapter(cfg) if model == "backbone" else None
+    cut = cfg.embedder.get("passage_max_tokens")
+    if cut is not None and (not isinstance(cut, int) or isinstance(cut, bool) or cut < 1):
+        raise UserError(f"embedder.passage_max_tokens must be null (whole passages) or an integer >= 1, got {cut!r}")
     return RetrievalEmbedding(cfg.embedder.pooling, cfg.embedder.normalize, model,
                               query_prefix=cfg.embedder.get("query_prefix") or "",
                               passage_prefix=cfg.embedder.get("passage_prefix") or "",
-                              adapter=adapter_identity(adapter) if adapter else None)
+                              adapter=adapter_identity(adapter) if adapter else None, passage_max_tokens=cut)
 
 
 def adapter_identity(folder: str) -> str:

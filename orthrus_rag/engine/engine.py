@@ -61,6 +61,8 @@ class LLMEngine:
             params.model = "backbone"
         on_backbone = kind == "generate" or params.model == "backbone"
         ids = self._tokenize(prompt, on_backbone)
+        if kind == "embed" and params.truncate is not None:
+            ids = ids[:params.truncate]
         self._check_length(ids, params, on_backbone)
         generator = make_generator(params) if kind == "generate" else None
         seq = Sequence(request_id, kind, ids, RequestTimings(time.perf_counter()), next(self._arrivals),

@@ -58,11 +58,13 @@ class SamplingParams:
 
 @dataclass
 class PoolingParams:
-    """How to embed. `model` None uses the configured embedder; "backbone" the generator's own layers."""
+    """How to embed. `model` None uses the configured embedder; "backbone" the generator's own layers.
+    `truncate` embeds only the input's first that many tokens (None: all of them)."""
 
     pooling: PoolingType = "mean"
     normalize: bool = True
     model: str | None = None
+    truncate: int | None = None
 
     def validate(self) -> None:
         if self.pooling not in POOLING_TYPES:
@@ -71,6 +73,8 @@ class PoolingParams:
             raise InvalidRequestError(f"model must be None (the embedder) or 'backbone', got {self.model!r}", "model")
         if not isinstance(self.normalize, bool):
             raise InvalidRequestError(f"normalize must be true or false, got {self.normalize!r}", "normalize")
+        if self.truncate is not None and (not _integer(self.truncate) or self.truncate < 1):
+            raise InvalidRequestError(f"truncate must be null or an integer >= 1, got {self.truncate!r}", "truncate")
 
 
 @dataclass

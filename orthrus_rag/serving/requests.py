@@ -41,6 +41,7 @@ class EmbeddingRequest(OpenAIRequest):
     model: Text | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Count | None = Field(None, description="must equal the model's own dimension (no truncation)")
+    truncate_prompt_tokens: Count | None = Field(None, description="extension: embed only each input's first N tokens")
     user: Text | None = None
 
 

@@ -39,6 +39,7 @@ def test_backbone_uses_the_shipped_adapter_with_its_prefix():
     assert engine_config(cfg).embedding_adapter.endswith("orthrus_rag/models/adapters/smollm2-135m-2wiki")
     params = pooling_params(cfg)
     assert params.model == "backbone" and params.query_prefix == "query: " and params.passage_prefix == ""
+    assert params.passage_max_tokens == 64 and params.for_passages().truncate == 64 and params.truncate is None
     assert params.adapter.startswith("smollm2-135m-2wiki@") and len(params.adapter.split("@")[1]) == 12
     assert embedder_name(cfg) == "smollm2-135m-instruct:backbone+smollm2-135m-2wiki"
 
@@ -48,6 +49,12 @@ def test_raw_backbone_and_minilm_have_no_adapter():
         assert engine_config(cfg).embedding_adapter is None and pooling_params(cfg).adapter is None
     assert embedder_name(config("backbone_raw")) == "smollm2-135m-instruct:backbone"
     assert pooling_params(config("backbone_raw")).query_prefix == ""
+
+
+@pytest.mark.parametrize("value", [0, -3, True, 2.5, "64"])
+def test_bad_passage_max_tokens_is_a_user_error(value):
+    with pytest.raises(UserError, match="embedder.passage_max_tokens must be null"):
+        pooling_params(config("backbone", **{"embedder.passage_max_tokens": value}))
 
 
 def test_runtime_embedding_adapter_wins(tiny_adapter):

@@ -24,6 +24,33 @@ def test_chunked_backbone_pooling_matches_unchunked(make_engine, tokenizer, hf_t
         assert results[f"e{i}"].num_tokens == len(ids)
 
 
+@pytest.mark.parametrize("truncate", [1, 5, 17, 10_000])
+def test_truncate_embeds_the_first_tokens_only(make_engine, tokenizer, hf_tiny, truncate):
+    engine = make_engine(max_num_batched_tokens=8)
+    ids = tokenizer.encode(PROMPTS[1])
+    engine.add_request("cut", ids, PoolingParams(model="backbone", truncate=truncate))
+    engine.add_request("cut-text", PROMPTS[1], PoolingParams(model="backbone", truncate=truncate))
+    results = run_all(engine)
+    expected = hf_pool(hf_tiny, ids[:truncate], "mean", True)
+    for rid in ("cut", "cut-text"):
+        assert (torch.from_numpy(results[rid].embedding) - expected).abs().max().item() <= 1e-5
+        assert results[rid].num_tokens == min(truncate, len(ids))
+
+
+def test_truncate_cuts_the_colocated_embedders_input_before_its_windows(tiny_encoder_dir, make_engine):
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
+    engine = make_engine(embedder=str(tiny_encoder_dir))
+    text = " ".join(f"word{i}" for i in range(60))
+    ids = st.tokenizer(text, add_special_tokens=False)["input_ids"]
+    head = st.tokenizer.decode(ids[:20])
+    engine.add_request("cut", text, PoolingParams(truncate=20))
+    engine.add_request("head", head, PoolingParams())
+    results = run_all(engine)
+    assert np.abs(results["cut"].embedding - results["head"].embedding).max() < 1e-6
+
+
 def test_single_chunk_embedding_takes_no_blocks(make_engine, tokenizer, monkeypatch):
     engine = make_engine(max_num_batched_tokens=64)
     tables, real = [], engine.scheduler.schedule

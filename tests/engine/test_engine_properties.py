@@ -27,7 +27,8 @@ sampling = st.builds(SamplingParams, max_tokens=st.integers(1, 12) | ints, tempe
                      stop_token_ids=st.lists(ints, max_size=3), ignore_eos=st.booleans() | st.sampled_from([1, None]))
 pooling = st.builds(PoolingParams, pooling=st.sampled_from(["mean", "last", "cls", "max", None]),
                     normalize=st.booleans() | st.sampled_from([0, "yes"]),
-                    model=st.sampled_from([None, "backbone", "other"]))
+                    model=st.sampled_from([None, "backbone", "other"]),
+                    truncate=st.none() | ints | st.sampled_from([1.5, "4", True]))
 ids = st.sampled_from([f"r{i}" for i in range(8)])
 operations = st.lists(st.one_of(st.tuples(st.just("add"), ids, prompts, sampling | pooling),
                                 st.tuples(st.just("abort"), ids), st.tuples(st.just("step"))), max_size=30)

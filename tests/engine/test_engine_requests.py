@@ -100,6 +100,11 @@ def test_failing_forward_fails_that_step_only(make_engine, monkeypatch):
     (SamplingParams(stop_token_ids=[-3]), "stop_token_ids"),
     (SamplingParams(ignore_eos="yes"), "ignore_eos"),
     (PoolingParams(normalize="no", model="backbone"), "normalize"),
+    (PoolingParams(model="backbone", truncate=0), "truncate"),
+    (PoolingParams(model="backbone", truncate=-4), "truncate"),
+    (PoolingParams(model="backbone", truncate=True), "truncate"),
+    (PoolingParams(model="backbone", truncate=2.5), "truncate"),
+    (PoolingParams(model="backbone", truncate="8"), "truncate"),
 ])
 def test_value_that_would_fail_later_is_refused_and_nothing_is_queued(make_engine, params, message):
     engine = make_engine()

@@ -83,6 +83,15 @@ async def test_engine_embedder_puts_the_passage_prefix_first():
     assert engine.seen == [("passage: a", params)]
 
 
+async def test_engine_embedder_cuts_passages_at_passage_max_tokens():
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
+
+    engine = FakeEngine()
+    await engine_embedder(engine, RetrievalEmbedding(model="backbone", passage_max_tokens=48))(["a"])
+    await engine_embedder(engine, RetrievalEmbedding(model="backbone"))(["b"])
+    assert [(text, params.truncate) for text, params in engine.seen] == [("a", 48), ("b", None)]
+
+
 async def test_load_or_build_records_the_recipe_and_rebuilds_for_another(tmp_path, passages):
     embed = FakeEmbedder()
     mean = {"pooling": "mean", "query_prefix": "query: ", "adapter": "a@1"}

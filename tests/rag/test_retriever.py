@@ -76,6 +76,15 @@ def test_dense_retriever_refuses_an_index_embedded_another_way():
     DenseRetriever(FakeEngine(), index, params)  # the same recipe: accepted
     for other in (RetrievalEmbedding(model="backbone", pooling="last", query_prefix="query: ", adapter="x@1"),
                   RetrievalEmbedding(model="backbone", adapter="x@1"),
-                  RetrievalEmbedding(model="backbone", query_prefix="query: ")):
+                  RetrievalEmbedding(model="backbone", query_prefix="query: "),
+                  RetrievalEmbedding(model="backbone", query_prefix="query: ", adapter="x@1", passage_max_tokens=64)):
         with pytest.raises(IndexRecipeError, match="rebuild the index"):
             DenseRetriever(FakeEngine(), index, other)
+
+
+def test_recipe_names_passage_max_tokens_only_when_passages_are_cut():
+    from orthrus_rag.rag.embedding import RetrievalEmbedding
+
+    whole, cut = RetrievalEmbedding(model="backbone"), RetrievalEmbedding(model="backbone", passage_max_tokens=64)
+    assert "passage_max_tokens" not in whole.recipe() and cut.recipe()["passage_max_tokens"] == 64
+    assert cut.for_passages().truncate == 64 and cut.truncate is None  # queries are embedded whole

@@ -53,6 +53,16 @@ async def test_embeddings_token_ids_and_backbone_model(client, server):
     assert len(want) == server.engine.embedding_dim("backbone")
 
 
+async def test_embeddings_truncate_prompt_tokens_embeds_the_first_tokens(client, server):
+    text = "a passage long enough to be cut after its first few tokens by the server"
+    ids = server.engine.tokenizer.encode(text)
+    want = (await server.engine.embed(ids[:5], PoolingParams(model="backbone"))).embedding
+    got = await client.embeddings.create(input=text, model=server.state.generator_name,
+                                         extra_body={"truncate_prompt_tokens": 5})
+    np.testing.assert_allclose(np.asarray(got.data[0].embedding, dtype=np.float32), want, rtol=0, atol=1e-6)
+    assert got.usage.prompt_tokens == 5
+
+
 async def test_completion_greedy_equals_engine(client, server):
     want = await server.engine.generate(PROMPT, SamplingParams(max_tokens=12, temperature=0.0))
     got = await client.completions.create(model=server.state.generator_name, prompt=PROMPT, max_tokens=12,

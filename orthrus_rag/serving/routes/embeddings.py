@@ -19,6 +19,7 @@ router = APIRouter()
 @router.post("/v1/embeddings")
 async def embeddings(req: EmbeddingRequest, state: ServerState = Depends(get_state)) -> EmbeddingResponse:
     model, params = pooling_for(state, req.model)
+    params.truncate = req.truncate_prompt_tokens
     inputs = split_inputs(req.input)
     _check_dimensions(state, params, req.dimensions)
     outputs = await gather_or_cancel([state.engine.embed(x, params) for x in inputs])
