@@ -70,7 +70,9 @@ async def score_mode(engine, indexes: SearchIndexes, pooling, questions: list, k
 
 
 async def score_all(cfg: DictConfig, engine, source, questions: list, spec: IndexSpec) -> list[Row]:
-    pooling, name = pooling_params(cfg), embedder_name(cfg)
+    pooling = pooling_params(cfg)
+    name = embedder_name(cfg) + (f", passages cut at {pooling.passage_max_tokens} tokens"
+                                 if pooling.passage_max_tokens else "")
     loaded = await load_index(engine, source, pooling)
     rows = []
     for mode in cfg.modes:

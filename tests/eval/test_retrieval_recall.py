@@ -50,6 +50,13 @@ def test_later_runs_add_rows(run, tiny_encoder_dir):
     assert list(results["rows"]) == ["bm25", f"bm25 + {tiny_encoder_dir} (rrf_k=60, candidates=20)"]
 
 
+def test_rows_of_cut_and_whole_passages_are_kept_apart(run, tiny_encoder_dir):
+    whole = run("modes=[dense]")["rows"][f"dense ({tiny_encoder_dir})"]
+    rows = run("modes=[dense]", "embedder.passage_max_tokens=3")["rows"]
+    cut = rows[f"dense ({tiny_encoder_dir}, passages cut at 3 tokens)"]
+    assert len(rows) == 2 and cut["recall"] != whole["recall"]  # three tokens of a passage find less
+
+
 def test_unknown_mode_is_a_one_line_error(run, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run("modes=[sparse]")
