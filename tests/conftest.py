@@ -63,6 +63,21 @@ def tiny_llama_dir(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def lora_dir(tmp_path_factory, tiny_llama_dir) -> Path:
+    """A saved random PEFT LoRA adapter (rank 4, non-zero weights) for the tiny Llama."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "o_proj"],
+                        init_lora_weights=False)
+    folder = tmp_path_factory.mktemp("lora")
+    get_peft_model(base, config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory, minilm_path) -> Path:
     """A saved tiny random BERT sentence-transformers folder (mean pooling, normalised) with MiniLM's tokenizer."""
     from sentence_transformers import SentenceTransformer, models

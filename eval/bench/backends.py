@@ -16,7 +16,8 @@ sampling and pooling settings apply.
   co-located embeddings.
 - `HFBackend` (mode `hf`): what one would write without this project: a loop that alternately runs transformers
   `generate` (greedy, left padded) on all waiting generate requests and sentence-transformers `encode` on all
-  waiting embed requests. A batch runs to completion before anything that arrived during it starts.
+  waiting embed requests (with `embedder=backbone`: a mean over a copy of the generator carrying the embedding
+  adapter, through PEFT). A batch runs to completion before anything that arrived during it starts.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import numpy as np
 from orthrus_rag.engine import AsyncEngine, EngineConfig, LLMEngine, PoolingParams, SamplingParams
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, RequestTimings, Usage
 from orthrus_rag.models import load_embedder, load_generator, resolve_model_path, set_threads
+from orthrus_rag.training.pooled import backbone
 
 
 class EngineBackend:
@@ -218,6 +220,7 @@ class HFBackend:
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         on_backbone = pooling.model == "backbone" or not config.embedder
         self.encoder = None if on_backbone else load_embedder(config.embedder, config.dtype, config.device)
+        self.embed_model = _with_adapter(config) if on_backbone and config.embedding_adapter else self.model
         self.sampling, self.pooling = sampling, pooling
         self.waiting: dict[str, list[_Call]] = {"embed": [], "generate": []}
         self.wake = threading.Condition()
@@ -315,8 +318,10 @@ class HFBackend:
                                           show_progress_bar=False, convert_to_numpy=True)
             counts = [len(ids) for ids in self.encoder.tokenizer(texts)["input_ids"]]
         else:
-            inputs = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
-            hidden = self.model.base_model(**inputs).last_hidden_state
+            cut = batch[0].params.truncate
+            inputs = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=cut is not None,
+                                    max_length=cut).to(self.model.device)
+            hidden = backbone(self.embed_model)(**inputs).last_hidden_state
             mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = ((hidden * mask).sum(1) / mask.sum(1)).float()
             vectors = (torch.nn.functional.normalize(pooled, dim=-1) if normalize else pooled).cpu().numpy()
@@ -331,13 +336,22 @@ class HFBackend:
         self.thread.join()
 
 
+def _with_adapter(config: EngineConfig):
+    """A second copy of the generator with the embedding adapter on (the engine applies it to embedding rows only;
+    here generation keeps the plain copy)."""
+    from peft import PeftModel
+
+    model, _ = load_generator(config.generator, config.dtype, config.device)
+    return PeftModel.from_pretrained(model, config.embedding_adapter).eval()
+
+
 def _groups(batch: list[_Call], kind: str) -> list[list[_Call]]:
     """Calls that can share one batched call: same generation limits and stops (or same normalisation)."""
     groups: dict[tuple, list[_Call]] = {}
     for call in batch:
         p = call.params
         key = (p.max_tokens, tuple(p.stop), p.ignore_eos, tuple(p.stop_token_ids)) if kind == "generate" \
-            else (p.normalize,)
+            else (p.normalize, p.truncate)
         groups.setdefault(key, []).append(call)
     return list(groups.values())
 

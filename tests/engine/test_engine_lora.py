@@ -6,21 +6,6 @@ from orthrus_rag.engine import PoolingParams, SamplingParams
 from tests.engine.conftest import PROMPTS, hf_greedy, run_all
 
 
-@pytest.fixture(scope="module")
-def lora_dir(tmp_path_factory, tiny_llama_dir):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(1)
-    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj", "o_proj"],
-                        init_lora_weights=False)
-    peft_model = get_peft_model(base, config)
-    folder = tmp_path_factory.mktemp("lora")
-    peft_model.save_pretrained(folder)
-    return folder
-
-
 def test_lora_on_embedding_rows_only(make_engine, tokenizer, tiny_llama_dir, hf_tiny, lora_dir):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

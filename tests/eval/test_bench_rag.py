@@ -2,6 +2,7 @@
 standing in for the engine, and the Hydra config it is driven by."""
 import asyncio
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -93,6 +94,26 @@ def test_backends_stand_in_for_the_engine(tiny_llama_dir, tiny_encoder_dir):
         assert "\n" not in gen.text and gen.timings.finished >= gen.timings.arrival
     np.testing.assert_allclose(outs["engine"][0].embedding, outs["hf"][0].embedding, atol=1e-4)
     assert outs["engine"][1].text == outs["hf"][1].text
+
+
+def test_hf_backend_embeds_backbone_rows_through_the_adapter_as_the_engine_does(tiny_llama_dir, lora_dir):
+    config = replace(tiny(tiny_llama_dir, tiny_llama_dir), embedder=None, embedding_adapter=str(lora_dir))
+    text = "Where is the river of Vostrick, and who named it?"
+
+    async def embed(backend, params):
+        return (await backend.embed(text, params)).embedding
+
+    vectors = {}
+    for name, cls in (("engine", EngineBackend), ("hf", HFBackend)):
+        backend = cls(config, SamplingParams(), PoolingParams(model="backbone"))
+        try:
+            vectors[name] = [asyncio.run(embed(backend, PoolingParams(model="backbone", truncate=cut)))
+                             for cut in (None, 4)]
+        finally:
+            backend.close()
+    for whole_or_cut in range(2):
+        np.testing.assert_allclose(vectors["engine"][whole_or_cut], vectors["hf"][whole_or_cut], atol=1e-5)
+    assert np.abs(vectors["hf"][0] - vectors["hf"][1]).max() > 1e-3  # the cut changes the vector
 
 
 def test_rag_config_composes():
