@@ -2,8 +2,9 @@
 
 - `index`: the passages embedded exactly as `orthrus-rag-index` embeds a corpus (`indexes.build.embed_passages`
   over `engine_embedder`, `index.batch_size` texts in flight, the embedder's passage prefix);
-- `prefill`: the same texts (prefix included) sent as prompts of generate requests with `max_tokens=1`, the same
-  number in flight: the engine's prefill throughput on the same tokens.
+- `prefill`: the same texts (prefix included; cut at the embedder's `passage_max_tokens` as the index cuts them) sent
+  as prompts of generate requests with `max_tokens=1`, the same number in flight: the engine's prefill throughput on
+  the same tokens.
 
 Each round runs both, in alternating order, on a cold prefix cache; the table reports tokens/s from the engine's
 own token counters over the wall time of each run, and `index/prefill` (the issue's target: >= 0.8 with
@@ -62,10 +63,17 @@ async def measure(config: EngineConfig, pooling: PoolingParams, passages: list[P
                     work = embed_passages(passages, engine_embedder(engine, pooling), batch_size)
                     result[name] = await _timed(engine, work, "embed")
                 else:
-                    prompts = [prefix + p.formatted() for p in passages]
+                    prompts = _prompts(engine, [prefix + p.formatted() for p in passages], pooling)
                     result[name] = await _timed(engine, _prefill_all(engine, prompts, batch_size), "prefill")
         results.append(result)
     return results
+
+
+def _prompts(engine, texts: list[str], pooling: PoolingParams) -> list:
+    """The prefill side's prompts: the texts, or their first `passage_max_tokens` token ids when the index cuts
+    passages there, so both sides compute the same tokens."""
+    cut = getattr(pooling, "passage_max_tokens", None)
+    return [engine.tokenizer.encode(t)[:cut] for t in texts] if cut else texts
 
 
 def summarise(rounds: list[dict]) -> dict:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eval.bench.indexing import format_indexing_table, summarise
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +19,8 @@ def test_summary_takes_medians():
     assert "| median | 80 | 110 | 0.73 |" in format_indexing_table({"rounds": rounds, "median": summarise(rounds)})
 
 
-def test_indexing_through_the_bench_command(tiny_llama_dir, tmp_path):
+@pytest.mark.parametrize("cut", [None, 6])
+def test_indexing_through_the_bench_command(tiny_llama_dir, tmp_path, cut):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": f"Title {i}", "text": "word " * (5 + 7 * i)}) + "\n"
                               for i in range(12)))
@@ -25,13 +28,14 @@ def test_indexing_through_the_bench_command(tiny_llama_dir, tmp_path):
     done = subprocess.run([sys.executable, "-m", "eval.bench.cli", "workload=indexing", "embedder=backbone_raw",
                            f"model.name={tiny_llama_dir}", "runtime.dtype=float32", f"corpus={corpus}",
                            "workload.passages=10", "workload.rounds=2", "index.batch_size=4",
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           f"embedder.passage_max_tokens={cut or 'null'}", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     bench = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert bench["workload"] == "indexing" and len(bench["rounds"]) == 2
     for r in bench["rounds"]:
         assert r["index"]["tokens"] == r["prefill"]["tokens"] > 10 * 5  # the same ten texts, token for token
+        assert cut is None or r["index"]["tokens"] == 10 * cut  # every passage is longer than the cut
         assert r["index"]["tok_s"] > 0 and r["prefill"]["tok_s"] > 0
     assert set(bench["median"]) == {"index_tok_s", "prefill_tok_s", "index/prefill"}
     assert "| median |" in done.stdout
