@@ -19,7 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
+from orthrus_rag.rag.embedding import RetrievalEmbedding
 from orthrus_rag.rag.types import Passage
 
 
@@ -47,12 +48,11 @@ async def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int) ->
         await asyncio.gather(*(engine.generate(t, params) for t in texts[start:start + in_flight]))
 
 
-async def measure(config: EngineConfig, pooling: PoolingParams, passages: list[Passage], batch_size: int,
+async def measure(config: EngineConfig, pooling: RetrievalEmbedding, passages: list[Passage], batch_size: int,
                   rounds: int) -> list[dict]:
     """`rounds` pairs of (index, prefill) runs over `passages`, each on a fresh engine (cold prefix cache)."""
     from indexes.build import embed_passages, engine_embedder
 
-    prefix = getattr(pooling, "passage_prefix", "")
     results = []
     for r in range(rounds):
         order = ["index", "prefill"] if r % 2 == 0 else ["prefill", "index"]
@@ -63,16 +63,17 @@ async def measure(config: EngineConfig, pooling: PoolingParams, passages: list[P
                     work = embed_passages(passages, engine_embedder(engine, pooling), batch_size)
                     result[name] = await _timed(engine, work, "embed")
                 else:
-                    prompts = _prompts(engine, [prefix + p.formatted() for p in passages], pooling)
+                    prompts = _prompts(engine, passages, pooling)
                     result[name] = await _timed(engine, _prefill_all(engine, prompts, batch_size), "prefill")
         results.append(result)
     return results
 
 
-def _prompts(engine, texts: list[str], pooling: PoolingParams) -> list:
-    """The prefill side's prompts: the texts, or their first `passage_max_tokens` token ids when the index cuts
-    passages there, so both sides compute the same tokens."""
-    cut = getattr(pooling, "passage_max_tokens", None)
+def _prompts(engine, passages: list[Passage], pooling: RetrievalEmbedding) -> list:
+    """The prefill side's prompts: each passage as the index embeds it (the passage prefix first, and only its first
+    `passage_max_tokens` token ids when the index cuts passages there), so both sides compute the same tokens."""
+    texts = [pooling.passage_prefix + p.formatted() for p in passages]
+    cut = pooling.passage_max_tokens
     return [engine.tokenizer.encode(t)[:cut] for t in texts] if cut else texts
 
 
