@@ -5,24 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from orthrus_rag.cli.common import CONF_DIR
 from orthrus_rag.stack import UserError, embedder_name, engine_config, pooling_params
-
-
-@pytest.fixture(scope="module")
-def tiny_adapter(tmp_path_factory, tiny_llama_dir):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(2)
-    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    folder = tmp_path_factory.mktemp("adapter")
-    model.save_pretrained(folder)
-    return folder
 
 
 def config(embedder: str, **overrides):
@@ -57,10 +43,10 @@ def test_bad_passage_max_tokens_is_a_user_error(value):
         pooling_params(config("backbone", **{"embedder.passage_max_tokens": value}))
 
 
-def test_runtime_embedding_adapter_wins(tiny_adapter):
-    cfg = config("backbone", **{"runtime.embedding_adapter": str(tiny_adapter)})
-    assert engine_config(cfg).embedding_adapter == str(tiny_adapter)
-    assert pooling_params(cfg).adapter.startswith(f"{tiny_adapter.name}@")
+def test_runtime_embedding_adapter_wins(lora_dir):
+    cfg = config("backbone", **{"runtime.embedding_adapter": str(lora_dir)})
+    assert engine_config(cfg).embedding_adapter == str(lora_dir)
+    assert pooling_params(cfg).adapter.startswith(f"{lora_dir.name}@")
 
 
 def test_adapter_mistakes_are_user_errors(tmp_path):
@@ -70,7 +56,7 @@ def test_adapter_mistakes_are_user_errors(tmp_path):
         engine_config(config("backbone", **{"model.name": "some/other-model"}))
 
 
-def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_llama_dir, tiny_adapter, tmp_path,
+def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_llama_dir, lora_dir, tmp_path,
                                                                capsys):
     from orthrus_rag.cli.index import main
     from orthrus_rag.rag import DenseRetriever
@@ -78,16 +64,16 @@ def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_lla
     from indexes import DenseIndex, load_corpus
     from orthrus_rag.demo import demo_corpus_path
 
-    common = [f"model.name={tiny_llama_dir}", "embedder=backbone", f"embedder.adapter={tiny_adapter}",
+    common = [f"model.name={tiny_llama_dir}", "embedder=backbone", f"embedder.adapter={lora_dir}",
               "runtime.dtype=float32", f"index.folder={tmp_path / 'index'}"]
     run_app(main, "orthrus-rag-index", *common)
     recipe = json.loads((tmp_path / "index" / "manifest.json").read_text())["embedding"]
     assert recipe["pooling"] == "mean" and recipe["query_prefix"] == "query: "
-    assert recipe["adapter"].startswith(f"{tiny_adapter.name}@")
+    assert recipe["adapter"].startswith(f"{lora_dir.name}@")
     run_app(main, "orthrus-rag-index", *common, "embedder.pooling=last")
     assert "index built in" in capsys.readouterr().out.split("\n")[-3]  # another recipe: rebuilt, not reused
     index = DenseIndex.load(tmp_path / "index", json.loads((tmp_path / "index" / "manifest.json").read_text())[
         "embedder"], load_corpus(demo_corpus_path()))
-    cfg = config("backbone", **{"model.name": str(tiny_llama_dir), "embedder.adapter": str(tiny_adapter)})
+    cfg = config("backbone", **{"model.name": str(tiny_llama_dir), "embedder.adapter": str(lora_dir)})
     with pytest.raises(IndexRecipeError, match="pooling='last'.*pooling='mean'"):
         DenseRetriever(None, index, pooling_params(cfg))
