@@ -60,6 +60,7 @@ class TrainSettings:
     checkpoint_every: int = 25
     seed: int = 0
     num_threads: int | None = None
+    dtype: str = "float32"
     save_dtype: str = "bfloat16"
 
     def check(self) -> None:
@@ -77,8 +78,9 @@ class TrainSettings:
             raise ValueError("batch_size must be at least 2: the other pairs of a batch are the negatives")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
-        if self.save_dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"save_dtype must be float32 or bfloat16, got {self.save_dtype!r}")
+        for key in ("dtype", "save_dtype"):
+            if getattr(self, key) not in ("float32", "bfloat16"):
+                raise ValueError(f"{key} must be float32 or bfloat16, got {getattr(self, key)!r}")
 
 
 @dataclass
@@ -209,7 +211,8 @@ def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], se
     for step, batch in zip(range(settings.max_steps), batches(pairs, settings)):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings)
-        loss = batch_loss(model, tokenizer, batch, relevant, settings)
+        with _autocast(model, settings.dtype):
+            loss = batch_loss(model, tokenizer, batch, relevant, settings)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -224,6 +227,12 @@ def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], se
     bar.close()
     model.eval()
     return losses, start
+
+
+def _autocast(model, dtype: str):
+    """bfloat16: the forward and backward in bf16 autocast (the weights and the optimizer stay float32)."""
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
 
 # ---- outputs --------------------------------------------------------------------------------------------------

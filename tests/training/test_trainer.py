@@ -26,13 +26,17 @@ def toy_pairs(n: int, seed: int = 0) -> list[Pair]:
     return pairs
 
 
+def toy_settings(model_dir, out, **overrides) -> TrainSettings:
+    base = dict(model=str(model_dir), output=str(out), rank=8, alpha=16, batch_size=16, lr=3e-3, warmup_steps=2,
+                max_steps=30, held_out=40, checkpoint_every=15, seed=0, query_prefix="query: ", passage_max_tokens=32,
+                query_max_tokens=16, temperature=0.05, save_dtype="float32", num_threads=1, batching="bm25",
+                group_size=4)
+    return TrainSettings(**{**base, **overrides})
+
+
 @pytest.fixture(scope="module")
 def trained(tiny_llama_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("adapter")
-    settings = TrainSettings(model=str(tiny_llama_dir), output=str(out), rank=8, alpha=16, batch_size=16,
-                             lr=3e-3, warmup_steps=2, max_steps=30, held_out=40, checkpoint_every=15, seed=0,
-                             query_prefix="query: ", passage_max_tokens=32, query_max_tokens=16, temperature=0.05,
-                             save_dtype="float32", num_threads=1, batching="bm25", group_size=4)
+    settings = toy_settings(tiny_llama_dir, tmp_path_factory.mktemp("adapter"))
     threads = torch.get_num_threads()
     try:
         return settings, train_adapter(settings, toy_pairs(160))
@@ -46,6 +50,25 @@ def test_loss_falls_and_held_out_recall_rises(trained):
     assert last < 0.7 * first, result.losses
     assert result.recall_after["recall@1"] > result.recall_before["recall@1"] + 0.1, (result.recall_before,
                                                                                       result.recall_after)
+
+
+def test_bfloat16_autocast_trains_too(tiny_llama_dir, tmp_path):
+    from orthrus_rag.training.trainer import _autocast, lora_model
+
+    settings = toy_settings(tiny_llama_dir, tmp_path, dtype="bfloat16", checkpoint_every=30)
+    model, tokenizer = lora_model(settings)
+    layer = torch.nn.Linear(2, 2)
+    with _autocast(model, "bfloat16"):
+        assert layer(torch.ones(1, 2)).dtype == torch.bfloat16
+    with _autocast(model, "float32"):
+        assert layer(torch.ones(1, 2)).dtype == torch.float32
+    threads = torch.get_num_threads()
+    try:
+        result = train_adapter(settings, toy_pairs(160), (model, tokenizer))
+    finally:
+        torch.set_num_threads(threads)
+    assert sum(result.losses[-5:]) / 5 < 0.7 * sum(result.losses[:5]) / 5, result.losses
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
 
 
 def test_writes_peft_folder_checkpoints_metadata_and_plot(trained):
@@ -110,3 +133,5 @@ def test_bad_settings_are_clear_errors(tmp_path):
         TrainSettings(model="x", output=str(tmp_path), batching="hard").check()
     with pytest.raises(ValueError, match="group_size"):
         TrainSettings(model="x", output=str(tmp_path), group_size=1).check()
+    with pytest.raises(ValueError, match="dtype must be float32 or bfloat16"):
+        TrainSettings(model="x", output=str(tmp_path), dtype="float16").check()
