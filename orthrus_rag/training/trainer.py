@@ -4,7 +4,9 @@ Objective: InfoNCE with in-batch negatives. Each batch holds B (query, passage) 
 prefix) and passages (with the passage prefix) are pooled from the backbone's final-norm hidden states exactly as
 the engine pools backbone rows (orthrus_rag/training/pooled.py), normalised, and the loss is the cross-entropy of
 each query's cosine similarities to the B passages divided by the temperature, the true passage as the label
-(other passages relevant to the query, such as a question's second gold passage, are masked out). Batches are
+(other passages relevant to the query, such as a question's second gold passage, are masked out). With a teacher
+embedder (`distill_from`), the loss adds KL(teacher || student) of each query's distribution over the same passages,
+the teacher's from its own embeddings of the raw texts (distillation of its similarities). Batches are
 random or built around BM25 hard negatives (orthrus_rag/training/batching.py). Only the LoRA weights train. The
 result is a PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) that `runtime.embedding_adapter`
 loads, with `training.json` (settings, data, losses, recall) and `loss.png` beside it.
@@ -46,6 +48,8 @@ class TrainSettings:
     query_prefix: str = ""
     passage_prefix: str = ""
     temperature: float = 0.05
+    distill_from: str | None = None
+    distill_weight: float = 1.0
     batch_size: int = 32
     batching: str = "random"
     group_size: int = 8
@@ -76,6 +80,8 @@ class TrainSettings:
             raise ValueError(f"group_size must be at least 2 (a seed pair and a hard negative), got {self.group_size}")
         if self.batch_size < 2:
             raise ValueError("batch_size must be at least 2: the other pairs of a batch are the negatives")
+        if self.distill_weight < 0:
+            raise ValueError(f"distill_weight must be >= 0, got {self.distill_weight}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         for key in ("dtype", "save_dtype"):
@@ -119,13 +125,26 @@ def _last(layers: int, count: int | None) -> list[int] | None:
 
 
 # ---- loss -----------------------------------------------------------------------------------------------------
-def info_nce(queries: torch.Tensor, passages: torch.Tensor, relevant: torch.Tensor, temperature: float) -> torch.Tensor:
-    """In-batch InfoNCE over normalised (B, d) matrices; `relevant[i, j]` (i != j) keeps passage j out of query i's
-    negatives."""
+def masked_logits(queries: torch.Tensor, passages: torch.Tensor, relevant: torch.Tensor,
+                  temperature: float) -> torch.Tensor:
+    """(B, B) cosine similarities / temperature of normalised rows; `relevant[i, j]` (i != j) masks passage j out
+    of query i's negatives."""
     logits = queries @ passages.T / temperature
     eye = torch.eye(len(queries), dtype=torch.bool, device=logits.device)
-    logits = logits.masked_fill(relevant.to(logits.device) & ~eye, float("-inf"))
+    return logits.masked_fill(relevant.to(logits.device) & ~eye, float("-inf"))
+
+
+def info_nce(queries: torch.Tensor, passages: torch.Tensor, relevant: torch.Tensor, temperature: float) -> torch.Tensor:
+    """In-batch InfoNCE over normalised (B, d) matrices, each query's own passage the label."""
+    logits = masked_logits(queries, passages, relevant, temperature)
     return F.cross_entropy(logits, torch.arange(len(queries), device=logits.device))
+
+
+def distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) of each query's distribution over the batch's passages, from (B, B) masked logits."""
+    target, target_log = F.softmax(teacher, dim=1), F.log_softmax(teacher, dim=1)
+    terms = torch.where(target > 0, target * (target_log - F.log_softmax(student, dim=1)), 0.0)
+    return terms.sum(1).mean()
 
 
 def relevance_mask(batch: list[Pair], relevant: dict[str, set[str]]) -> torch.Tensor:
@@ -135,13 +154,29 @@ def relevance_mask(batch: list[Pair], relevant: dict[str, set[str]]) -> torch.Te
 
 
 def batch_loss(model, tokenizer, batch: list[Pair], relevant: dict[str, set[str]],
-               settings: TrainSettings) -> torch.Tensor:
+               settings: TrainSettings, teacher=None) -> torch.Tensor:
+    """InfoNCE, plus `distill_weight` times the distillation loss when a teacher embedder is given."""
     queries = encode_batch(tokenizer, [settings.query_prefix + p.query for p in batch], settings.query_max_tokens)
     passages = encode_batch(tokenizer, [settings.passage_prefix + p.passage for p in batch],
                             settings.passage_max_tokens)
     q = pooled_embeddings(model, queries, settings.pooling)
     d = pooled_embeddings(model, passages, settings.pooling)
-    return info_nce(q, d, relevance_mask(batch, relevant), settings.temperature)
+    mask = relevance_mask(batch, relevant)
+    loss = info_nce(q, d, mask, settings.temperature)
+    if teacher is None:
+        return loss
+    student = masked_logits(q.float(), d.float(), mask, settings.temperature)
+    return loss + settings.distill_weight * distillation(student, teacher_logits(teacher, batch, mask, settings))
+
+
+@torch.no_grad()
+def teacher_logits(teacher, batch: list[Pair], mask: torch.Tensor, settings: TrainSettings) -> torch.Tensor:
+    """The teacher's masked logits for the batch: its own normalised embeddings of the raw query and passage texts
+    (no prefixes, its own length limit)."""
+    texts = [p.query for p in batch] + [p.passage for p in batch]
+    vectors = teacher.encode(texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False,
+                             batch_size=len(texts)).float().cpu()
+    return masked_logits(vectors[:len(batch)], vectors[len(batch):], mask, settings.temperature)
 
 
 # ---- held-out recall ------------------------------------------------------------------------------------------
@@ -186,11 +221,12 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     train_pairs, held = split_pairs(pairs, min(settings.held_out, len(pairs) // 5), settings.seed)
     if len(train_pairs) < settings.batch_size:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
+    teacher = _teacher(settings)  # first: a teacher that is not there fails before any work
     model, tokenizer = model_and_tokenizer or lora_model(settings)
     output = Path(settings.output)
     output.mkdir(parents=True, exist_ok=True)
     before = held_out_recall(model, tokenizer, held, settings)
-    losses, start = _loop(model, tokenizer, train_pairs, relevant_passages(pairs), settings, output)
+    losses, start = _loop(model, tokenizer, train_pairs, relevant_passages(pairs), settings, output, teacher)
     after = held_out_recall(model, tokenizer, held, settings)
     result = TrainResult(output, len(losses), time.perf_counter() - start, losses, before, after, len(train_pairs))
     save_adapter(model, output, settings.save_dtype, settings.model)
@@ -199,8 +235,17 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     return result
 
 
+def _teacher(settings: TrainSettings):
+    """The sentence-transformers teacher for distillation (float32, CPU-or-GPU as torch finds), or None."""
+    if not settings.distill_from:
+        return None
+    from orthrus_rag.models import load_embedder
+
+    return load_embedder(settings.distill_from, "float32")
+
+
 def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], settings: TrainSettings,
-          output: Path) -> tuple[list[float], float]:
+          output: Path, teacher=None) -> tuple[list[float], float]:
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
     model.train()
@@ -212,7 +257,7 @@ def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], se
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings)
         with _autocast(model, settings.dtype):
-            loss = batch_loss(model, tokenizer, batch, relevant, settings)
+            loss = batch_loss(model, tokenizer, batch, relevant, settings, teacher)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -1,13 +1,14 @@
 """Contrastive adapter training on a tiny random model: the loss falls, held-out recall rises, and the folder it
 writes is what the engine loads (its rows equal the PEFT model's pooled output)."""
 import json
+import math
 import random
 
 import pytest
 import torch
 
 from orthrus_rag.training import Pair, TrainSettings, train_adapter
-from orthrus_rag.training.trainer import info_nce, relevance_mask
+from orthrus_rag.training.trainer import distillation, info_nce, masked_logits, relevance_mask
 
 SYLLABLES = ["ka", "lo", "mi", "ren", "tus", "vo", "zan", "pe", "dor", "fi", "gu", "shi", "bra", "nel", "qua", "ix"]
 KINDS = ["river", "poet", "castle", "village", "composer", "bishop", "mountain", "film"]
@@ -116,6 +117,46 @@ def test_info_nce_matches_hand_computed_value():
     assert info_nce(q, d, torch.ones(2, 2, dtype=torch.bool), 0.5).item() == pytest.approx(0.0, abs=1e-6)
 
 
+def test_distillation_matches_hand_computed_kl_and_skips_masked_passages():
+    student = torch.tensor([[2.0, 0.0, float("-inf")], [0.0, 1.0, 3.0]], requires_grad=True)
+    teacher = torch.tensor([[1.0, 1.0, float("-inf")], [0.0, 0.0, 0.0]])
+    p, q = teacher.softmax(1), student.detach().softmax(1)
+    want = ((p[0, :2] * (p[0, :2] / q[0, :2]).log()).sum() + (p[1] * (p[1] / q[1]).log()).sum()) / 2
+    loss = distillation(student, teacher)
+    assert loss.item() == pytest.approx(want.item(), abs=1e-6)
+    loss.backward()
+    assert torch.isfinite(student.grad).all()
+    assert distillation(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_masked_logits_keep_the_own_passage_and_mask_other_relevant_ones():
+    q = d = torch.eye(2)
+    logits = masked_logits(q, d, torch.ones(2, 2, dtype=torch.bool), 0.5)
+    assert logits.tolist() == [[2.0, float("-inf")], [float("-inf"), 2.0]]
+
+
+def test_distillation_from_a_teacher_trains_and_is_recorded(tiny_llama_dir, tiny_encoder_dir, tmp_path):
+    from orthrus_rag.training.trainer import _teacher, batch_loss, lora_model
+    from orthrus_rag.training.batching import relevant_passages
+
+    settings = toy_settings(tiny_llama_dir, tmp_path, distill_from=str(tiny_encoder_dir), distill_weight=0.5,
+                            max_steps=4, checkpoint_every=4)
+    model, tokenizer = lora_model(settings)
+    pairs = toy_pairs(40)
+    with torch.no_grad():
+        plain = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings)
+        both = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings, _teacher(settings))
+    assert both.item() > plain.item()  # the KL term of a random teacher is positive
+    threads = torch.get_num_threads()
+    try:
+        result = train_adapter(settings, pairs, (model, tokenizer))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(result.losses) == 4 and all(map(math.isfinite, result.losses))
+    meta = json.loads((result.output / "training.json").read_text())
+    assert meta["settings"]["distill_from"] == str(tiny_encoder_dir) and meta["settings"]["distill_weight"] == 0.5
+
+
 def test_relevance_mask_covers_the_same_passage_and_other_gold_passages():
     batch = [Pair("q", "A", "a", "question"), Pair("q", "B", "b", "question"), Pair("Title A", "A", "a", "title"),
              Pair("Title C", "C", "c", "title")]
@@ -133,5 +174,7 @@ def test_bad_settings_are_clear_errors(tmp_path):
         TrainSettings(model="x", output=str(tmp_path), batching="hard").check()
     with pytest.raises(ValueError, match="group_size"):
         TrainSettings(model="x", output=str(tmp_path), group_size=1).check()
+    with pytest.raises(ValueError, match="distill_weight must be >= 0"):
+        TrainSettings(model="x", output=str(tmp_path), distill_weight=-1).check()
     with pytest.raises(ValueError, match="dtype must be float32 or bfloat16"):
         TrainSettings(model="x", output=str(tmp_path), dtype="float16").check()
