@@ -11,6 +11,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from orthrus_rag.cli.common import launch
+from orthrus_rag.models import ModelNotFoundError
 from orthrus_rag.stack import UserError, plain, typed
 from orthrus_rag.training import PairSource, TrainResult, TrainSettings, train_adapter
 
@@ -35,7 +36,7 @@ def run(cfg: DictConfig) -> TrainResult:
     settings, source = settings_from(cfg)
     try:
         result = train_adapter(settings, source)
-    except ValueError as error:
+    except (ValueError, ModelNotFoundError) as error:  # bad settings or pairs; model.name or distill_from not found
         raise UserError(error) from error
     print(f"adapter written to {result.output} after {result.steps} steps in {result.seconds:.0f} s; "
           f"final loss {sum(result.losses[-10:]) / len(result.losses[-10:]):.4f}; held-out recall "
