@@ -134,10 +134,9 @@ def masked_logits(queries: torch.Tensor, passages: torch.Tensor, relevant: torch
     return logits.masked_fill(relevant.to(logits.device) & ~eye, float("-inf"))
 
 
-def info_nce(queries: torch.Tensor, passages: torch.Tensor, relevant: torch.Tensor, temperature: float) -> torch.Tensor:
-    """In-batch InfoNCE over normalised (B, d) matrices, each query's own passage the label."""
-    logits = masked_logits(queries, passages, relevant, temperature)
-    return F.cross_entropy(logits, torch.arange(len(queries), device=logits.device))
+def info_nce(logits: torch.Tensor) -> torch.Tensor:
+    """In-batch InfoNCE from (B, B) masked logits, each query's own passage (the diagonal) the label."""
+    return F.cross_entropy(logits, torch.arange(len(logits), device=logits.device))
 
 
 def distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
@@ -162,11 +161,11 @@ def batch_loss(model, tokenizer, batch: list[Pair], relevant: dict[str, set[str]
     q = pooled_embeddings(model, queries, settings.pooling)
     d = pooled_embeddings(model, passages, settings.pooling)
     mask = relevance_mask(batch, relevant)
-    loss = info_nce(q, d, mask, settings.temperature)
+    logits = masked_logits(q, d, mask, settings.temperature)
     if teacher is None:
-        return loss
-    student = masked_logits(q.float(), d.float(), mask, settings.temperature)
-    return loss + settings.distill_weight * distillation(student, teacher_logits(teacher, batch, mask, settings))
+        return info_nce(logits)
+    return info_nce(logits) + settings.distill_weight * distillation(logits, teacher_logits(teacher, batch, mask,
+                                                                                             settings))
 
 
 @torch.no_grad()

@@ -112,9 +112,10 @@ def test_info_nce_matches_hand_computed_value():
     d = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
     logits = torch.tensor([[1.0, 0.6], [0.0, 0.8]]) / 0.5
     want = -(logits.log_softmax(1)[0, 0] + logits.log_softmax(1)[1, 1]) / 2
-    assert info_nce(q, d, torch.eye(2, dtype=torch.bool), 0.5).item() == pytest.approx(want.item(), abs=1e-6)
+    got = info_nce(masked_logits(q, d, torch.eye(2, dtype=torch.bool), 0.5)).item()
+    assert got == pytest.approx(want.item(), abs=1e-6)
     # a passage relevant to another query of the batch is no negative of it
-    assert info_nce(q, d, torch.ones(2, 2, dtype=torch.bool), 0.5).item() == pytest.approx(0.0, abs=1e-6)
+    assert info_nce(masked_logits(q, d, torch.ones(2, 2, dtype=torch.bool), 0.5)).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_distillation_matches_hand_computed_kl_and_skips_masked_passages():
