@@ -35,14 +35,19 @@ def toy_settings(model_dir, out, **overrides) -> TrainSettings:
     return TrainSettings(**{**base, **overrides})
 
 
+def train(settings: TrainSettings, pairs: list[Pair], model_and_tokenizer=None):
+    """train_adapter, with torch's thread count (which it sets) put back afterwards."""
+    threads = torch.get_num_threads()
+    try:
+        return train_adapter(settings, pairs, model_and_tokenizer)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def trained(tiny_llama_dir, tmp_path_factory):
     settings = toy_settings(tiny_llama_dir, tmp_path_factory.mktemp("adapter"))
-    threads = torch.get_num_threads()
-    try:
-        return settings, train_adapter(settings, toy_pairs(160))
-    finally:
-        torch.set_num_threads(threads)
+    return settings, train(settings, toy_pairs(160))
 
 
 def test_loss_falls_and_held_out_recall_rises(trained):
@@ -63,11 +68,7 @@ def test_bfloat16_autocast_trains_too(tiny_llama_dir, tmp_path):
         assert layer(torch.ones(1, 2)).dtype == torch.bfloat16
     with _autocast(model, "float32"):
         assert layer(torch.ones(1, 2)).dtype == torch.float32
-    threads = torch.get_num_threads()
-    try:
-        result = train_adapter(settings, toy_pairs(160), (model, tokenizer))
-    finally:
-        torch.set_num_threads(threads)
+    result = train(settings, toy_pairs(160), (model, tokenizer))
     assert sum(result.losses[-5:]) / 5 < 0.7 * sum(result.losses[:5]) / 5, result.losses
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
 
@@ -148,11 +149,7 @@ def test_distillation_from_a_teacher_trains_and_is_recorded(tiny_llama_dir, tiny
         plain = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings)
         both = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings, _teacher(settings))
     assert both.item() > plain.item()  # the KL term of a random teacher is positive
-    threads = torch.get_num_threads()
-    try:
-        result = train_adapter(settings, pairs, (model, tokenizer))
-    finally:
-        torch.set_num_threads(threads)
+    result = train(settings, pairs, (model, tokenizer))
     assert len(result.losses) == 4 and all(map(math.isfinite, result.losses))
     meta = json.loads((result.output / "training.json").read_text())
     assert meta["settings"]["distill_from"] == str(tiny_encoder_dir) and meta["settings"]["distill_weight"] == 0.5
