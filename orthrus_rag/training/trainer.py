@@ -162,10 +162,10 @@ def batch_loss(model, tokenizer, batch: list[Pair], relevant: dict[str, set[str]
     d = pooled_embeddings(model, passages, settings.pooling)
     mask = relevance_mask(batch, relevant)
     logits = masked_logits(q, d, mask, settings.temperature)
-    if teacher is None:
-        return info_nce(logits)
-    return info_nce(logits) + settings.distill_weight * distillation(logits, teacher_logits(teacher, batch, mask,
-                                                                                             settings))
+    loss = info_nce(logits)
+    if teacher is not None:
+        loss = loss + settings.distill_weight * distillation(logits, teacher_logits(teacher, batch, mask, settings))
+    return loss
 
 
 @torch.no_grad()
