@@ -230,7 +230,7 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     result = TrainResult(output, len(losses), time.perf_counter() - start, losses, before, after, len(train_pairs))
     save_adapter(model, output, settings.save_dtype, settings.model)
     write_metadata(output, settings, source, result)
-    plot_losses(losses, output / LOSS_PLOT)
+    plot_losses(losses, output / LOSS_PLOT, "InfoNCE + distillation loss" if teacher else "InfoNCE loss")
     return result
 
 
@@ -314,7 +314,7 @@ def _tail_mean(losses: list[float], n: int = 10) -> float:
     return round(sum(tail) / len(tail), 5) if tail else float("nan")
 
 
-def plot_losses(losses: list[float], path: Path) -> None:
+def plot_losses(losses: list[float], path: Path, label: str = "InfoNCE loss") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,7 +327,7 @@ def plot_losses(losses: list[float], path: Path) -> None:
         smooth = [sum(losses[i - window:i]) / window for i in range(window, len(losses) + 1)]
         ax.plot(range(window, len(losses) + 1), smooth, lw=2, label=f"mean of {window}")
     ax.set_xlabel("step")
-    ax.set_ylabel("InfoNCE loss")
+    ax.set_ylabel(label)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
