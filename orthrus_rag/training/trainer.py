@@ -220,7 +220,8 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     train_pairs, held = split_pairs(pairs, min(settings.held_out, len(pairs) // 5), settings.seed)
     if len(train_pairs) < settings.batch_size:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
-    teacher = _teacher(settings)  # first: a teacher that is not there fails before any work
+    _resolve_models(settings, model_and_tokenizer is None)  # a model or teacher that is not there fails first
+    teacher = _teacher(settings)
     model, tokenizer = model_and_tokenizer or lora_model(settings)
     output = Path(settings.output)
     output.mkdir(parents=True, exist_ok=True)
@@ -232,6 +233,14 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     write_metadata(output, settings, source, result)
     plot_losses(losses, output / LOSS_PLOT, "InfoNCE + distillation loss" if teacher else "InfoNCE loss")
     return result
+
+
+def _resolve_models(settings: TrainSettings, backbone: bool) -> None:
+    """Resolve the backbone (when it is to be loaded) and the teacher by name before loading either."""
+    from orthrus_rag.models import resolve_model_path
+
+    for name in ([settings.model] if backbone else []) + ([settings.distill_from] if settings.distill_from else []):
+        resolve_model_path(name)
 
 
 def _teacher(settings: TrainSettings):
