@@ -239,8 +239,10 @@ def _resolve_models(settings: TrainSettings, backbone: bool) -> None:
     """Resolve the backbone (when it is to be loaded) and the teacher by name before loading either."""
     from orthrus_rag.models import resolve_model_path
 
-    for name in ([settings.model] if backbone else []) + ([settings.distill_from] if settings.distill_from else []):
-        resolve_model_path(name)
+    if backbone:
+        resolve_model_path(settings.model)
+    if settings.distill_from:
+        resolve_model_path(settings.distill_from)
 
 
 def _teacher(settings: TrainSettings):
