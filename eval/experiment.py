@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from orthrus_rag.cli.common import UserError, launch
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import EngineLike
-from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, engine_config, index_source, load_index,
-                               make_pipeline, pooling_params, rag_pipeline, start_engine, typed)
+from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, embedding_dtype, engine_config, index_source,
+                               load_index, make_pipeline, pooling_params, rag_pipeline, start_engine, typed)
 
 if TYPE_CHECKING:
     from orthrus_rag.rag import Pipeline
@@ -103,7 +103,8 @@ def execute(cfg: DictConfig) -> RunOutput:
     `workers` > 1, with one engine on each of that many Ray actors)."""
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
-    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg))
+    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg),
+                          embedding_dtype(cfg))
     make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
     if num_workers(cfg) > 1:
         from eval.distributed import answer_distributed

@@ -28,8 +28,8 @@ from eval.metrics import all_gold, passage_recall
 from eval.run_info import environment
 from orthrus_rag.cli.common import launch
 from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
-from orthrus_rag.stack import (IndexSpec, UserError, embedder_name, engine_config, index_source, load_index,
-                               plain, pooling_params, start_engine, typed)
+from orthrus_rag.stack import (IndexSpec, UserError, embedder_name, embedding_dtype, engine_config, index_source,
+                               load_index, plain, pooling_params, start_engine, typed)
 
 APP = "retrieval_recall"
 
@@ -114,7 +114,7 @@ def run_recall(cfg: DictConfig) -> dict[str, Any]:
     corpus = data.corpus
     if cfg.get("distractors") is not None:
         corpus = sample_corpus(data.corpus, questions, int(cfg.distractors), out.with_suffix(".corpus.jsonl"))
-    source = index_source(spec, corpus, embedder_name(cfg))
+    source = index_source(spec, corpus, embedder_name(cfg), embedding_dtype(cfg))
     engine = start_engine(engine_config(cfg)) if source.retrieval.uses_dense else None  # BM25 alone needs none
     try:
         rows = asyncio.run(score_all(cfg, engine, source, questions, spec))

@@ -131,7 +131,19 @@ def pooling_params(cfg: DictConfig) -> RetrievalEmbedding:
     return RetrievalEmbedding(cfg.embedder.pooling, cfg.embedder.normalize, model,
                               query_prefix=cfg.embedder.get("query_prefix") or "",
                               passage_prefix=cfg.embedder.get("passage_prefix") or "",
-                              adapter=adapter_identity(adapter) if adapter else None, passage_max_tokens=cut)
+                              adapter=adapter_identity(adapter) if adapter else None, passage_max_tokens=cut,
+                              dtype=embedding_dtype(cfg))
+
+
+def embedding_dtype(cfg: DictConfig) -> str:
+    """The dtype the engine embeds in (`runtime.dtype`, auto resolved): it changes the vectors, so an index
+    records it; a bad value is a UserError."""
+    from orthrus_rag.models.loading import resolve_dtype
+
+    try:
+        return str(resolve_dtype(cfg.runtime.dtype)).removeprefix("torch.")
+    except ValueError as error:
+        raise UserError(f"runtime.dtype: {error}") from error
 
 
 def adapter_identity(folder: str) -> str:
@@ -202,16 +214,18 @@ def read_corpus(path: Path) -> list[Passage]:
         raise UserError(error) from error
 
 
-def default_index_folder(corpus: Path, passages: list[Passage], embedder: str) -> Path:
-    """`<orthrus-rag cache>/indexes/<corpus stem>-<fingerprint>-<embedder>`: one folder per corpus and embedder."""
+def default_index_folder(corpus: Path, passages: list[Passage], embedder: str, dtype: str | None = None) -> Path:
+    """`<orthrus-rag cache>/indexes/<corpus stem>-<fingerprint>-<embedder>[-<dtype>]`: one folder per corpus,
+    embedder and the dtype passages are embedded in (so float32 and bfloat16 indexes are both kept)."""
     from indexes import corpus_fingerprint
 
-    safe = embedder.replace("/", "_").replace(":", "_")
+    safe = embedder.replace("/", "_").replace(":", "_") + (f"-{dtype}" if dtype else "")
     return cache_dir() / "indexes" / f"{corpus.stem}-{corpus_fingerprint(passages)}-{safe}"
 
 
-def index_source(spec: IndexSpec, corpus: Path, embedder: str) -> IndexSource:
-    """The corpus read, and the index folder: `spec.folder` (relative to where the command runs) or the cache's."""
+def index_source(spec: IndexSpec, corpus: Path, embedder: str, dtype: str | None = None) -> IndexSource:
+    """The corpus read, and the index folder: `spec.folder` (relative to where the command runs) or the cache's
+    (`default_index_folder`, for `dtype`, the embedding recipe's)."""
     from hydra.utils import to_absolute_path
 
     from indexes.bm25_index import default_bm25_folder
@@ -221,7 +235,8 @@ def index_source(spec: IndexSpec, corpus: Path, embedder: str) -> IndexSource:
     except ValueError as error:
         raise UserError(error) from error
     passages = read_corpus(corpus)
-    folder = Path(to_absolute_path(spec.folder)) if spec.folder else default_index_folder(corpus, passages, embedder)
+    folder = (Path(to_absolute_path(spec.folder)) if spec.folder
+              else default_index_folder(corpus, passages, embedder, dtype))
     bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
     return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
 

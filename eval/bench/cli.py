@@ -23,8 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from orthrus_rag.cli.common import UserError, launch
-from orthrus_rag.stack import (IndexSpec, embedder_name, engine_config, index_source, make_pipeline, plain,
-                               pooling_params, typed)
+from orthrus_rag.stack import (IndexSpec, embedder_name, embedding_dtype, engine_config, index_source, make_pipeline,
+                               plain, pooling_params, typed)
 
 APP = "orthrus-rag-bench"
 
@@ -54,7 +54,8 @@ def rag_setup(cfg: DictConfig):
     check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
-    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg))
+    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg),
+                          embedding_dtype(cfg))
     make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
     workload = typed(RagWorkload, cfg.workload, "workload")
     return RagSetup(engine_config(cfg), pooling_params(cfg), plain(cfg.pipeline), questions, source, workload)

@@ -19,8 +19,8 @@ from omegaconf import DictConfig
 from indexes.manifest import MANIFEST_FILE
 from orthrus_rag.cli.common import launch
 from orthrus_rag.demo import demo_corpus_path
-from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, engine_config, index_source, load_dense_index,
-                               pooling_params, start_engine, typed)
+from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, embedding_dtype, engine_config, index_source,
+                               load_dense_index, pooling_params, start_engine, typed)
 
 APP = "orthrus-rag-index"
 
@@ -54,7 +54,7 @@ def folder_size(folder: Path) -> int:
 
 def build(cfg: DictConfig) -> list[IndexReport]:
     corpus = Path(to_absolute_path(cfg.corpus)) if cfg.corpus else demo_corpus_path()
-    source = index_source(typed(IndexSpec, cfg.index, "index"), corpus, embedder_name(cfg))
+    source = index_source(typed(IndexSpec, cfg.index, "index"), corpus, embedder_name(cfg), embedding_dtype(cfg))
     reports = []
     if source.retrieval.uses_dense:
         reports.append(build_dense(cfg, source))

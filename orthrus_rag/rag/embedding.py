@@ -10,22 +10,26 @@ from orthrus_rag.engine import PoolingParams
 @dataclass
 class RetrievalEmbedding(PoolingParams):
     """PoolingParams (sent with every embed request) plus the text put before each query and before each passage,
-    the tokens of each passage embedded (its first `passage_max_tokens`; None: all), and the identity of the
-    embedding adapter the engine applies (`name@sha256-prefix`, or None). An index records `recipe()` in its
-    manifest; a retriever refuses an index made with another recipe."""
+    the tokens of each passage embedded (its first `passage_max_tokens`; None: all), the identity of the
+    embedding adapter the engine applies (`name@sha256-prefix`, or None), and the dtype the engine computes in
+    (None: not recorded). An index records `recipe()` in its manifest; a retriever refuses an index made with
+    another recipe."""
 
     query_prefix: str = ""
     passage_prefix: str = ""
     adapter: str | None = None
     passage_max_tokens: int | None = None
+    dtype: str | None = None
 
     def recipe(self) -> dict[str, Any]:
-        """What changes the vectors, beyond the embedder's name (`passage_max_tokens` only when set, so indexes
-        of whole passages keep their recipe)."""
+        """What changes the vectors, beyond the embedder's name (`passage_max_tokens` and `dtype` only when set,
+        so indexes of whole passages keep their recipe)."""
         recipe = {"pooling": self.pooling, "normalize": self.normalize, "query_prefix": self.query_prefix,
                   "passage_prefix": self.passage_prefix, "adapter": self.adapter}
         if self.passage_max_tokens is not None:
             recipe["passage_max_tokens"] = self.passage_max_tokens
+        if self.dtype is not None:
+            recipe["dtype"] = self.dtype
         return recipe
 
     def for_passages(self) -> PoolingParams:

@@ -18,7 +18,8 @@ async def build_rag(engine: EngineLike, settings: RagSettings, embedder_name: st
     `settings.pipelines` maps the name a request uses to a `pipeline` group entry (its `name` defaults to it)."""
     corpus = Path(settings.corpus) if settings.corpus else demo_corpus_path()
     source = index_source(IndexSpec(settings.factory, settings.index_cache, retrieval=settings.retrieval,
-                                    rrf_k=settings.rrf_k, candidates=settings.candidates), corpus, embedder_name)
+                                    rrf_k=settings.rrf_k, candidates=settings.candidates), corpus, embedder_name,
+                          getattr(pooling, "dtype", None))
     index = await load_index(engine, source, pooling)
     built = {key: rag_pipeline(group, engine, index, pooling) for key, group in pipeline_groups(settings).items()}
     return _answerer(built, settings.pipeline)

@@ -8,7 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from orthrus_rag.cli.common import CONF_DIR
-from orthrus_rag.stack import UserError, embedder_name, engine_config, pooling_params
+from orthrus_rag.rag.types import Passage
+from orthrus_rag.stack import UserError, default_index_folder, embedder_name, engine_config, pooling_params
 
 
 def config(embedder: str, **overrides):
@@ -43,6 +44,17 @@ def test_bad_passage_max_tokens_is_a_user_error(value):
         pooling_params(config("backbone", **{"embedder.passage_max_tokens": value}))
 
 
+def test_the_recipe_and_the_cache_folder_name_the_dtype_embedded_in(tmp_path):
+    assert pooling_params(config("minilm")).recipe()["dtype"] == "bfloat16"  # runtime.dtype auto
+    assert pooling_params(config("backbone", **{"runtime.dtype": "fp32"})).recipe()["dtype"] == "float32"
+    with pytest.raises(UserError, match="runtime.dtype: dtype must be one of auto"):
+        pooling_params(config("minilm", **{"runtime.dtype": "int4"}))
+    corpus, passages = tmp_path / "c.jsonl", [Passage(text="t", title="", id="1")]
+    folders = {default_index_folder(corpus, passages, "m:backbone", dtype) for dtype in ("float32", "bfloat16")}
+    assert len(folders) == 2 and all(f.name.startswith("c-") for f in folders)
+    assert default_index_folder(corpus, passages, "m:backbone").name.endswith("m_backbone")
+
+
 def test_runtime_embedding_adapter_wins(lora_dir):
     cfg = config("backbone", **{"runtime.embedding_adapter": str(lora_dir)})
     assert engine_config(cfg).embedding_adapter == str(lora_dir)
@@ -69,7 +81,7 @@ def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_lla
     run_app(main, "orthrus-rag-index", *common)
     recipe = json.loads((tmp_path / "index" / "manifest.json").read_text())["embedding"]
     assert recipe["pooling"] == "mean" and recipe["query_prefix"] == "query: "
-    assert recipe["adapter"].startswith(f"{lora_dir.name}@")
+    assert recipe["adapter"].startswith(f"{lora_dir.name}@") and recipe["dtype"] == "float32"
     run_app(main, "orthrus-rag-index", *common, "embedder.pooling=last")
     assert "index built in" in capsys.readouterr().out.split("\n")[-3]  # another recipe: rebuilt, not reused
     index = DenseIndex.load(tmp_path / "index", json.loads((tmp_path / "index" / "manifest.json").read_text())[
