@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -216,7 +217,7 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     settings.check()
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
-    pairs = load_pairs(source) if isinstance(source, PairSource) else list(source)
+    pairs = load_pairs(source, settings.seed) if isinstance(source, PairSource) else list(source)
     train_pairs, held = split_pairs(pairs, min(settings.held_out, len(pairs) // 5), settings.seed)
     if len(train_pairs) < settings.batch_size:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
@@ -308,10 +309,8 @@ def save_adapter(model, folder: Path, dtype: str, base_model: str) -> None:
 
 def write_metadata(output: Path, settings: TrainSettings, source: PairSource | list[Pair], result: TrainResult) -> None:
     data = asdict(source) if isinstance(source, PairSource) else {"pairs": "given in code"}
-    counts = {}
-    for kind in ("title", "question"):
-        counts[kind] = sum(1 for p in (load_pairs(source) if isinstance(source, PairSource) else source)
-                           if p.source == kind)
+    pairs = load_pairs(source, settings.seed) if isinstance(source, PairSource) else source
+    counts = dict(Counter(p.source for p in pairs))
     record = {"settings": asdict(settings), "data": {**data, "pairs_by_kind": counts,
                                                      "training_pairs": result.num_pairs},
               "steps": result.steps, "seconds": round(result.seconds, 1), "final_loss": _tail_mean(result.losses),
