@@ -231,7 +231,7 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     after = held_out_recall(model, tokenizer, held, settings)
     result = TrainResult(output, len(losses), time.perf_counter() - start, losses, before, after, len(train_pairs))
     save_adapter(model, output, settings.save_dtype, settings.model)
-    write_metadata(output, settings, source, result)
+    write_metadata(output, settings, source, pairs, result)
     plot_losses(losses, output / LOSS_PLOT, "InfoNCE + distillation loss" if teacher else "InfoNCE loss")
     return result
 
@@ -307,9 +307,11 @@ def save_adapter(model, folder: Path, dtype: str, base_model: str) -> None:
               metadata={"format": "pt"})
 
 
-def write_metadata(output: Path, settings: TrainSettings, source: PairSource | list[Pair], result: TrainResult) -> None:
+def write_metadata(output: Path, settings: TrainSettings, source: PairSource | list[Pair], pairs: list[Pair],
+                   result: TrainResult) -> None:
+    """training.json: the settings, where the pairs came from and how many of each kind (held-out ones included),
+    the losses and the held-out recall."""
     data = asdict(source) if isinstance(source, PairSource) else {"pairs": "given in code"}
-    pairs = load_pairs(source, settings.seed) if isinstance(source, PairSource) else source
     counts = dict(Counter(p.source for p in pairs))
     record = {"settings": asdict(settings), "data": {**data, "pairs_by_kind": counts,
                                                      "training_pairs": result.num_pairs},
