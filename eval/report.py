@@ -1,6 +1,6 @@
 """Reports for the rag benchmark: bench.json, a Markdown table, and PNG plots.
 
-    python -m eval.report outputs/bench/rag/*/bench.json --out reports/rag   # merge runs (e.g. a -m rate=... sweep)
+    python -m eval.report outputs/bench/rag/*/bench.json --out reports/rag   # merge: a run per rate or mode
 
 Plots: `latency_cdf.png` (question latency CDF per mode, headline load), `p99_vs_rate.png` (p99 per mode against
 the offered rate, when two or more open-loop rates ran), `step_composition.png` (tokens per step by kind and busy
@@ -180,11 +180,23 @@ def write_rag_reports(bench: dict, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
+def join_loads(entries: list[dict]) -> list[dict]:
+    """Entries of one load (say a run per mode) joined, their ratios redone; sorted by rate, closed loop first."""
+    by_rate: dict = {}
+    for entry in entries:
+        kept = by_rate.get(entry["rate"])
+        if kept is not None:
+            modes = {**kept["modes"], **entry["modes"]}
+            entry = dict(kept, modes=modes, ratios=ratios(modes))
+        by_rate[entry["rate"]] = entry
+    return sorted(by_rate.values(), key=lambda e: -1 if e["rate"] is None else e["rate"])
+
+
 def merge_benches(benches: list[dict]) -> dict:
-    """One rag bench from several (say one per rate of a -m sweep): the sweeps joined, the headline redone."""
+    """One rag bench from several (a rate of a sweep, or a mode, each): the sweeps joined, the headline redone."""
     if not benches or any(b.get("workload") != "rag" for b in benches):
         raise ValueError("give one or more bench.json files of workload rag")
-    sweep = sorted((e for b in benches for e in b["sweep"]), key=lambda e: -1 if e["rate"] is None else e["rate"])
+    sweep = join_loads([e for b in benches for e in b["sweep"]])
     merged = dict(benches[0], sweep=sweep)
     open_loads = [e for e in sweep if e["rate"] is not None]
     head = open_loads[-1] if open_loads else sweep[-1]

@@ -106,6 +106,16 @@ def test_merge_and_cli(tmp_path):
         merge_benches([{"workload": "mixed"}])
 
 
+def test_merge_joins_runs_of_one_load_by_mode(tmp_path):
+    bench = synthetic_bench()
+    parts = [dict(bench, sweep=[dict(e, modes={m: e["modes"][m]}) for e in bench["sweep"]]) for m in bench["modes"]]
+    merged = merge_benches(parts)
+    assert [e["rate"] for e in merged["sweep"]] == [e["rate"] for e in bench["sweep"]]
+    for joined, whole in zip(merged["sweep"], bench["sweep"]):
+        assert list(joined["modes"]) == list(whole["modes"]) and joined["ratios"] == pytest.approx(whole["ratios"])
+    assert format_rag_table(merged).count("| hetero") == len(bench["sweep"])
+
+
 def test_step_spans_fold_long_steps():
     from eval.report import step_spans
 
