@@ -106,7 +106,7 @@ def test_merge_and_cli(tmp_path):
         merge_benches([{"workload": "mixed"}])
 
 
-def test_merge_joins_runs_of_one_load_by_mode(tmp_path):
+def test_merge_joins_runs_of_one_load_by_mode():
     bench = synthetic_bench()
     parts = [dict(bench, sweep=[dict(e, modes={m: e["modes"][m]}) for e in bench["sweep"]]) for m in bench["modes"]]
     merged = merge_benches(parts)
