@@ -91,6 +91,24 @@ async def test_the_reader_answers_from_all_passages(retriever, script):
     assert "[2] A is B. 0" in reader_prompt
 
 
+async def test_the_reader_has_demonstrations_of_its_own(retriever, script):
+    reasoner = script(["So the answer is: Graz.", "Graz"])
+    pipeline = IRCoT(retriever, reasoner, k=1, demos="bridge_demos.jsonl", num_demos=2,
+                     reader_demos="demos.jsonl", reader_num_demos=1)
+    await pipeline.answer(Q)
+    chain_turns, reader_turns = reasoner.calls[0].input, reasoner.calls[1].input
+    assert [m["role"] for m in reader_turns] == ["user", "assistant", "user"]
+    assert pipeline._reader_demos[0].question in reader_turns[0]["content"]
+    assert all(d.question not in m["content"] for d in pipeline._demos for m in reader_turns)
+    assert pipeline._demos[0].question in chain_turns[0]["content"]
+
+
+async def test_a_reader_without_demonstrations_sees_only_the_question(retriever, script):
+    reasoner = script(["So the answer is: Graz.", "Graz"])
+    await IRCoT(retriever, reasoner, k=1, reader_num_demos=0).answer(Q)
+    assert [m["role"] for m in reasoner.calls[1].input] == ["user"]
+
+
 async def test_a_stated_answer_ends_the_loop_and_the_reader_answers(retriever, script):
     reasoner = script(["A is B.", "So the answer is: B.", "C", "unused"])
     result = await IRCoT(retriever, reasoner, k=1).answer(Q)
