@@ -35,7 +35,8 @@ def check_results(results: dict, pipeline: str, n: int) -> None:
 
 def test_ircot_on_the_demo_writes_results_and_predictions(run_app, tiny_models, tmp_path, capsys):
     out = tmp_path / "run"
-    run_app(main, "orthrus-rag", *tiny_models, *SMALL, "pipeline.max_steps=2", f"hydra.run.dir={out}")
+    run_app(main, "orthrus-rag", *tiny_models, *SMALL, "pipeline.max_steps=2", "pipeline.reader_num_demos=0",
+            f"hydra.run.dir={out}")
     results, rows = read_results(out)
     check_results(results, "ircot", 3)
     assert results["engine"]["tokens"]["embed"] > 0  # the index was built and queried through the engine

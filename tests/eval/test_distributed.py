@@ -11,8 +11,8 @@ from eval.experiment import RunOutput, main
 from tests.cli.conftest import run_app, tiny_models  # noqa: F401 - the experiment app's fixtures
 
 pytestmark = pytest.mark.ray
-SMALL = ["dataset.limit=5", "pipeline.max_tokens=6", "pipeline.num_demos=0", "pipeline.max_steps=2",
-         "concurrency=2"]
+SMALL = ["dataset.limit=5", "pipeline.max_tokens=6", "pipeline.num_demos=0", "pipeline.reader_num_demos=0",
+         "pipeline.max_steps=2", "concurrency=2"]
 SAME = ("id", "prediction", "passages", "scores", "calls", "error")
 
 
