@@ -6,8 +6,10 @@
   one row;
 - `floor_ms`: the weight-read floor, the generator's weight bytes over the read bandwidth measured here.
 
-Each figure is the median of `repeats` timed steps after `warmup` untimed ones, at each thread count.
-bench.json: `{"workload": "steps", "steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "floor_ms"}}}, ...}`.
+Each figure is the median of `repeats` timed steps after `warmup` untimed ones, at each thread count. With
+`profile`, each shape's engine step also runs `repeats` times under `torch.profiler`, and its `profile` lists the
+`PROFILE_TOP` operators with the most self CPU time, in ms per step.
+bench.json: `{"workload": "steps", "steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "floor_ms"[, "profile"]}}}, ...}`.
 """
 from __future__ import annotations
 
@@ -29,10 +31,15 @@ from orthrus_rag.models import load_generator
 from orthrus_rag.models.loading import native_bf16
 
 
+PROFILE_TOP = 5
+
+
 @dataclass
 class StepShape:
     decodes: int = 0  # single-token decode rows, each with `context` tokens already cached
-    prefill: int = 0  # tokens of one prompt chunk (no earlier context)
+    prefill: int = 0  # tokens of one prompt chunk, after `prefill_context` cached tokens of the same prompt
+    prefill_context: int = 0
+    context: int | None = None  # cached tokens of each decode row; None: the workload's `context`
     embeds: int = 0  # backbone embedding chunks (one chunk each, no KV kept)
     embed_tokens: int = 0  # tokens per embedding chunk
 
@@ -50,6 +57,7 @@ class StepsWorkload:
     warmup: int = 2
     repeats: int = 7
     seed: int = 0
+    profile: bool = False  # also profile each shape's engine step (top operators by self CPU time)
 
     @classmethod
     def from_dict(cls, spec: dict) -> StepsWorkload:
@@ -70,13 +78,14 @@ def build_chunks(shape: StepShape, context: int, block_size: int, vocab: int, se
         s.block_table, next_block = list(range(next_block, next_block + blocks)), next_block + blocks
         return s
 
+    context = context if shape.context is None else shape.context
     for i in range(shape.decodes):
         s = seq(i, "generate", context, context, True, sampling=SamplingParams())
         s.output_ids.append(rng.randrange(vocab))
         chunks.append(ScheduledChunk(s, 1))
     if shape.prefill:
-        chunks.append(ScheduledChunk(seq(shape.decodes, "generate", shape.prefill, 0, True,
-                                         sampling=SamplingParams()), shape.prefill))
+        chunks.append(ScheduledChunk(seq(shape.decodes, "generate", shape.prefill_context + shape.prefill,
+                                         shape.prefill_context, True, sampling=SamplingParams()), shape.prefill))
     for i in range(shape.embeds):
         s = seq(i, "embed", shape.embed_tokens, 0, False, pooling=PoolingParams(model="backbone"))
         chunks.append(ScheduledChunk(s, shape.embed_tokens))
@@ -117,6 +126,18 @@ def hf_forward(model, num_tokens: int, vocab: int, device: torch.device) -> Call
     return forward
 
 
+def profile_ms(fn: Callable[[], object], repeats: int, top: int = PROFILE_TOP) -> dict[str, float]:
+    """The `top` operators by self CPU time over `repeats` calls of `fn`, in ms per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(max(1, repeats)):
+            fn()
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {e.key: round(e.self_cpu_time_total / 1e3 / max(1, repeats), 3) for e in ops}
+
+
 def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
@@ -141,12 +162,14 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
             bandwidth[str(threads)] = round(nbytes / read_s / 1e9, 2)
             for name, shape in workload.shapes.items():
                 chunks = build_chunks(shape, workload.context, config.block_size, vocab, workload.seed)
-                steps[name][str(threads)] = {
-                    "engine_ms": round(median_ms(engine_step(runner, chunks), workload.warmup, workload.repeats,
-                                                 runner.device), 3),
+                step = engine_step(runner, chunks)
+                result = steps[name][str(threads)] = {
+                    "engine_ms": round(median_ms(step, workload.warmup, workload.repeats, runner.device), 3),
                     "hf_ms": round(median_ms(hf_forward(hf_model, shape.num_tokens, vocab, runner.device),
                                              workload.warmup, workload.repeats, runner.device), 3),
                     "floor_ms": round(read_s * 1e3, 3)}
+                if workload.profile:
+                    result["profile"] = profile_ms(step, workload.repeats)
     finally:
         torch.set_num_threads(before)
     return {"workload": "steps", "steps": steps, "tokens": {n: s.num_tokens for n, s in workload.shapes.items()},

@@ -42,6 +42,27 @@ def test_shapes_build_the_rows_they_name():
     assert all(c.completes for c in chunks)
 
 
+def test_shapes_with_their_own_contexts():
+    shape = StepShape(decodes=2, prefill=6, prefill_context=9, context=13)
+    chunks = build_chunks(shape, context=20, block_size=4, vocab=100, seed=0)
+    kinds = [(c.num_tokens, c.seq.num_computed, len(c.seq.token_ids)) for c in chunks]
+    assert kinds == [(1, 13, 14), (1, 13, 14), (6, 9, 15)]
+    assert all(c.completes for c in chunks) and shape.num_tokens == 8
+
+
+def test_long_steps_profile_on_tiny_model(tiny_llama_dir):
+    workload = workload_from_conf(["workload=steps_long", "workload.warmup=0", "workload.repeats=1",
+                                   "workload.context=40", "workload.shapes.prefill231.prefill_context=30",
+                                   "workload.shapes.decode6_prefill231.prefill_context=30"])
+    assert workload.profile and workload.threads == [2]
+    config = EngineConfig(generator=str(tiny_llama_dir), embedder="ignored", dtype="float32")
+    bench = json.loads(json.dumps(run_steps(config, workload)))
+    for shape, by_threads in bench["steps"].items():
+        profile = by_threads["2"]["profile"]
+        assert 0 < len(profile) <= 5 and all(ms >= 0 for ms in profile.values()), shape
+        assert any("attention" in op or "mm" in op for op in profile), profile
+
+
 def test_steps_through_the_bench_command(tiny_llama_dir, tmp_path):
     import os
     import subprocess
