@@ -38,7 +38,7 @@ PROFILE_TOP = 5
 class StepShape:
     decodes: int = 0  # single-token decode rows, each with `context` tokens already cached
     prefill: int = 0  # tokens of one prompt chunk, after `prefill_context` cached tokens of the same prompt
-    prefill_context: int = 0
+    prefill_context: int = 0  # cached tokens of the prefill chunk's prompt before it
     context: int | None = None  # cached tokens of each decode row; None: the workload's `context`
     embeds: int = 0  # backbone embedding chunks (one chunk each, no KV kept)
     embed_tokens: int = 0  # tokens per embedding chunk
@@ -127,15 +127,15 @@ def hf_forward(model, num_tokens: int, vocab: int, device: torch.device) -> Call
 
 
 def profile_ms(fn: Callable[[], object], repeats: int, top: int = PROFILE_TOP) -> dict[str, float]:
-    """The `top` operators by self CPU time over `repeats` calls of `fn`, in ms per call."""
+    """The `top` operators by self CPU time over `repeats` calls of `fn` (already warm), in ms per call."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
+    calls = max(1, repeats)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(max(1, repeats)):
+        for _ in range(calls):
             fn()
     ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    return {e.key: round(e.self_cpu_time_total / 1e3 / max(1, repeats), 3) for e in ops}
+    return {e.key: round(e.self_cpu_time_total / 1e3 / calls, 3) for e in ops}
 
 
 def weight_bytes(model) -> int:
