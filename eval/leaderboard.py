@@ -140,7 +140,8 @@ def models_fact(r: dict) -> str:
 def runtime_fact(r: dict) -> str:
     runtime = _get(r, "config", "runtime") or {}
     threads = runtime.get("num_threads") or "torch's default"
-    return (f"dtype {runtime.get('dtype')}, device {runtime.get('device')}, torch threads {threads}, "
+    dtype = _get(r, "engine", "dtype") or runtime.get("dtype")  # the engine's record: `auto` resolved
+    return (f"dtype {dtype}, device {runtime.get('device')}, torch threads {threads}, "
             f"policy {runtime.get('policy')}, max_num_batched_tokens {runtime.get('max_num_batched_tokens')}, "
             f"concurrency {_get(r, 'config', 'concurrency')}" + _workers_text(r.get("config", {}), " workers {}"))
 

@@ -141,7 +141,7 @@ def embedding_dtype(cfg: DictConfig) -> str:
     from orthrus_rag.models.loading import resolve_dtype
 
     try:
-        return str(resolve_dtype(cfg.runtime.dtype)).removeprefix("torch.")
+        return str(resolve_dtype(cfg.runtime.dtype, cfg.runtime.device)).removeprefix("torch.")
     except ValueError as error:
         raise UserError(f"runtime.dtype: {error}") from error
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.bench.runner import engine_delta, machine_info, make_backend, num_cores
+from eval.bench.runner import engine_delta, machine_info, make_backend, num_cores, ran_dtype
 from eval.bench.rag_metrics import RunData, ratios, summarize_run
 from eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
@@ -222,7 +222,8 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
             "sweep": sweep,
             "config": {"modes": modes, "pipeline": setup.pipeline, "questions": len(setup.questions),
                        "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],
-                       "engine": asdict(setup.config), "pooling": asdict(setup.pooling),
+                       "engine": asdict(setup.config), "dtype": ran_dtype(setup.config),
+                       "pooling": asdict(setup.pooling),
                        "index": {"folder": str(setup.index.folder), "factory": setup.index.factory},
                        "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}},
             "machine": machine_info()}

@@ -22,6 +22,7 @@ from eval.bench.metrics import Record, counter_delta, ratios, summarize
 from eval.bench.workload import Request, make_requests
 from eval.run_info import cpu_model
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.models import resolve_dtype
 
 MODES = ("hetero", "isolated", "alternating", "hf")
 
@@ -150,10 +151,16 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
     bench["ratios"] = ratios(overall)
     threads = config.num_threads or num_cores()
     bench["config"] = {"modes": modes, "workload": asdict(workload), "engine": asdict(config),
+                       "dtype": ran_dtype(config),
                        "pooling": asdict(pooling), "sampling": asdict(sampling),
                        "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}}
     bench["machine"] = machine_info()
     return bench
+
+
+def ran_dtype(config: EngineConfig) -> str:
+    """The dtype the engine ran in (`auto` resolved for this machine)."""
+    return str(resolve_dtype(config.dtype, config.device)).removeprefix("torch.")
 
 
 def machine_info() -> dict:

@@ -4,12 +4,18 @@
   batched sampling of the rows that sample), the KV context already in the cache;
 - `hf_ms`: one plain transformers forward (its default attention, no KV cache) over the same number of tokens in
   one row;
+- `hf_cached_ms`: the same rows through transformers with a `DynamicCache` already holding each row's context
+  (the decodes as one batch, the prefill chunk alone, the embedding chunks as one batch without a cache): the
+  arithmetic anchor, the cost of the same work over contiguous caches;
+- `attention_share`: the part of the engine step spent inside the attention function (KV writes and attention
+  over the paged cache), timed around every layer's call;
 - `floor_ms`: the weight-read floor, the generator's weight bytes over the read bandwidth measured here.
 
 Each figure is the median of `repeats` timed steps after `warmup` untimed ones, at each thread count. With
 `profile`, each shape's engine step also runs `repeats` times under `torch.profiler`, and its `profile` lists the
 `PROFILE_TOP` operators with the most self CPU time, in ms per step.
-bench.json: `{"workload": "steps", "steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "floor_ms"[, "profile"]}}}, ...}`.
+bench.json: `{"workload": "steps", "steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share",
+"floor_ms"[, "profile"]}}}, ...}`.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams, attention
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.model_runner import ModelRunner
 from orthrus_rag.engine.request import RequestTimings
@@ -126,6 +132,70 @@ def hf_forward(model, num_tokens: int, vocab: int, device: torch.device) -> Call
     return forward
 
 
+def hf_cached_forward(model, shape: StepShape, context: int, vocab: int,
+                      device: torch.device) -> Callable[[], None]:
+    """The shape's rows through transformers, each group's context already in a `DynamicCache` (cropped back after
+    every call, so each call does the same work)."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(0)
+
+    def ids(rows: int, n: int) -> torch.Tensor:
+        return torch.randint(vocab, (rows, n), generator=gen).to(device)
+
+    @torch.inference_mode()
+    def filled(rows: int, n: int) -> DynamicCache:
+        cache = DynamicCache(config=model.config)
+        if n:
+            model(input_ids=ids(rows, n), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return cache
+
+    context = context if shape.context is None else shape.context
+    groups = []  # (input ids, cache or None)
+    if shape.decodes:
+        groups.append((ids(shape.decodes, 1), filled(shape.decodes, context)))
+    if shape.prefill:
+        groups.append((ids(1, shape.prefill), filled(1, shape.prefill_context)))
+    if shape.embeds:
+        groups.append((ids(shape.embeds, shape.embed_tokens), None))
+
+    @torch.inference_mode()
+    def forward() -> None:
+        for input_ids, cache in groups:
+            model(input_ids=input_ids, past_key_values=cache, use_cache=cache is not None, logits_to_keep=1)
+            if cache is not None:
+                cache.crop(-input_ids.shape[1])  # back to the context alone
+
+    return forward
+
+
+def attention_share(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """Median over `repeats` calls of `fn` of the time inside the attention function over the call's time."""
+    from transformers import AttentionInterface
+
+    inner, spent = attention.paged_attention, [0.0]
+
+    def timed(*args, **kwargs):
+        _sync(device)
+        start = time.perf_counter()
+        out = inner(*args, **kwargs)
+        _sync(device)
+        spent[0] += time.perf_counter() - start
+        return out
+
+    shares = []
+    AttentionInterface.register(attention.ATTN_IMPLEMENTATION, timed)
+    try:
+        for _ in range(max(1, repeats)):
+            spent[0], start = 0.0, time.perf_counter()
+            fn()
+            _sync(device)
+            shares.append(spent[0] / (time.perf_counter() - start))
+    finally:
+        attention.register()
+    return statistics.median(shares)
+
+
 def profile_ms(fn: Callable[[], object], repeats: int, top: int = PROFILE_TOP) -> dict[str, float]:
     """The `top` operators by self CPU time over `repeats` calls of `fn` (already warm), in ms per call."""
     from torch.profiler import ProfilerActivity, profile
@@ -167,6 +237,10 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
                     "engine_ms": round(median_ms(step, workload.warmup, workload.repeats, runner.device), 3),
                     "hf_ms": round(median_ms(hf_forward(hf_model, shape.num_tokens, vocab, runner.device),
                                              workload.warmup, workload.repeats, runner.device), 3),
+                    "hf_cached_ms": round(median_ms(
+                        hf_cached_forward(hf_model, shape, workload.context, vocab, runner.device),
+                        workload.warmup, workload.repeats, runner.device), 3),
+                    "attention_share": round(attention_share(step, workload.repeats, runner.device), 3),
                     "floor_ms": round(read_s * 1e3, 3)}
                 if workload.profile:
                     result["profile"] = profile_ms(step, workload.repeats)
@@ -180,13 +254,14 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
 
 
 def format_steps_table(bench: dict) -> str:
-    rows = ["| shape | threads | tokens | engine ms | hf ms | floor ms | engine/hf | engine tok/s |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| shape | threads | tokens | engine ms | hf ms | hf cached ms | floor ms | engine/hf | "
+            "engine/hf cached | attention share | engine tok/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, by_threads in bench["steps"].items():
         tokens = bench["tokens"][name]
         for threads, r in by_threads.items():
             rows.append(f"| {name} | {threads} | {tokens} | {r['engine_ms']:.1f} | {r['hf_ms']:.1f} | "
-                        f"{r['floor_ms']:.1f} | {r['engine_ms'] / r['hf_ms']:.2f} | "
+                        f"{r['hf_cached_ms']:.1f} | {r['floor_ms']:.1f} | {r['engine_ms'] / r['hf_ms']:.2f} | "
+                        f"{r['engine_ms'] / r['hf_cached_ms']:.2f} | {r['attention_share']:.0%} | "
                         f"{tokens / r['engine_ms'] * 1e3:,.0f} |")
     return "\n".join(rows)
 

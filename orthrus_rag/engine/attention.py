@@ -1,17 +1,22 @@
-"""Attention over a packed batch with a paged KV cache, registered as a transformers attention implementation.
+"""Attention over a packed batch that reads the paged KV cache in place, registered as a transformers attention
+implementation.
 
 transformers runs its own model code (projections, RoPE, MLP, norms) over one flat row of packed tokens; for each
 attention layer it calls `paged_attention` with the step's `AttentionMetadata` (the keyword argument
 `orthrus_meta`). The function writes every row's K/V into the cache (chunks that keep no KV use scratch slots), then
-attends with ONE call for all rows of the step, whatever the number of sequences:
+attends each sequence to its own keys only, where the cache holds them:
 
-- `sdpa_tiled` (CPU, and CUDA without flash-attn): every sequence's chunk is cut into query tiles of `tile` rows;
-  each tile is one batch element whose keys are gathered from the cache with one `index_select` and padded to the
-  longest sequence of the step; one masked `scaled_dot_product_attention` call covers all tiles. A decode is a tile
-  of one query. On CPU the cache and the attention math are float32 (torch's bfloat16 CPU kernel is several times
-  slower for small queries); weights and activations elsewhere keep the model's dtype.
-- `flash_attn_varlen` (CUDA with `flash_attn` importable): the packed queries and the gathered keys go to
-  `flash_attn_varlen_func` with cumulative sequence lengths.
+- `vllm_cpu` (CPU, the default where vLLM's CPU kernels load, see vllm_cpu.py): one fused call per layer reads every
+  sequence's keys through its block table, decodes and chunks alike. The cache keeps the model's dtype.
+- `sdpa_in_place` (CPU without those kernels, and CUDA without flash-attn) (CPU, and CUDA without flash-attn): a sequence's block table is cut into runs of consecutive
+  blocks; each run is a view of the cache (no copy). The query heads that share a KV head are folded into the query
+  axis, so a decode is one (group x 1) query per KV head. One run: one `scaled_dot_product_attention` call. Several
+  runs (a shared prefix, a fragmented pool): one fused call per run, each returning its log-sum-exp, merged exactly
+  (softmax over the union of the runs). No query meets another sequence's keys or padding. On CPU the cache and the
+  attention math are float32 (torch's bfloat16 CPU kernel is several times slower for small queries); weights and
+  activations elsewhere keep the model's dtype.
+- `flash_attn_paged` (CUDA with `flash_attn` importable and `block_size` a multiple of 256, flash-attn 2's page
+  size): the packed queries and the cache's pages go to `flash_attn_varlen_func` with each sequence's block table.
 """
 from __future__ import annotations
 
@@ -23,66 +28,137 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from orthrus_rag.engine import vllm_cpu
+from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.kv_cache import PagedKVCache
 
 ATTN_IMPLEMENTATION = "orthrus_paged"
-SDPA_TILED, FLASH_VARLEN = "sdpa_tiled", "flash_attn_varlen"
+SDPA_IN_PLACE, FLASH_PAGED, VLLM_CPU = "sdpa_in_place", "flash_attn_paged", "vllm_cpu"
+BACKENDS = (SDPA_IN_PLACE, FLASH_PAGED, VLLM_CPU)
+FLASH_PAGE = 256  # flash-attn 2 reads a paged cache only in pages of a multiple of 256 tokens
 
 
-def choose_backend(device: torch.device) -> str:
-    """flash-attn's varlen kernel on CUDA when it is installed, else one tiled SDPA call."""
-    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
-        return FLASH_VARLEN
-    return SDPA_TILED
+def choose_backend(requested: str, device: torch.device, block_size: int, head_dim: int, dtype: torch.dtype) -> str:
+    """`auto`: vLLM's CPU kernels on CPU where they load and fit the model, flash-attn's paged kernel on CUDA where
+    it is installed and the blocks are its pages, else SDPA in place. A named backend that cannot run here is an
+    InvalidRequestError saying why."""
+    if requested not in ("auto", *BACKENDS):
+        raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(BACKENDS)}, "
+                                  f"got {requested!r}", "attention_backend")
+    reasons = {SDPA_IN_PLACE: None,
+               VLLM_CPU: "it runs on CPU only" if device.type != "cpu" else vllm_cpu.unsupported(head_dim, block_size,
+                                                                                               dtype),
+               FLASH_PAGED: _flash_unsupported(device, block_size)}
+    if requested == "auto":
+        return next(b for b in (VLLM_CPU, FLASH_PAGED, SDPA_IN_PLACE) if reasons[b] is None)
+    if reasons[requested] is not None:
+        raise InvalidRequestError(f"runtime.attention_backend={requested} cannot run here: {reasons[requested]}; "
+                                  "use auto", "attention_backend")
+    return requested
+
+
+def _flash_unsupported(device: torch.device, block_size: int) -> str | None:
+    if device.type != "cuda":
+        return "it runs on CUDA only"
+    if block_size % FLASH_PAGE:
+        return f"block_size must be a multiple of {FLASH_PAGE}"
+    return None if importlib.util.find_spec("flash_attn") is not None else "flash_attn is not installed"
+
+
+@dataclass(frozen=True)
+class KeyRun:
+    """Keys [pos, pos + length) of one sequence, held in consecutive cache slots from `slot` on."""
+
+    slot: int
+    pos: int
+    length: int
 
 
 @dataclass
-class TileLayout:
-    """Query tiles of one step: tile b holds packed rows [row0_b, row0_b + n_b) of one sequence."""
+class SeqSlice:
+    """One sequence's chunk in the packed step: rows [row, row + n) at positions [ctx, ctx + n); its keys (the
+    context and the chunk) in runs."""
 
-    tile: int  # queries per tile (padded)
-    width: int  # keys per tile (padded): the longest sequence of the step, this chunk included
-    query_rows: torch.Tensor  # (B * tile,) packed row of each tile query; padding repeats a valid row
-    query_pos: torch.Tensor  # (B, tile) position of each tile query in its sequence; padding 0
-    key_slots: torch.Tensor  # (B * width,) cache slot of each tile key; padding slot 0
-    key_len: torch.Tensor  # (B,) keys of the tile's sequence up to the end of its chunk
-    out_index: torch.Tensor  # (T,) where each packed row sits in the flattened (B * tile) output
+    row: int
+    n: int
+    ctx: int
+    runs: list[KeyRun]
 
 
 @dataclass
-class VarlenLayout:
-    """Per-sequence packed layout for varlen kernels."""
+class RunMask:
+    """Which keys of a run the (folded) queries see: an additive bias (0 or -inf), and the query rows that see none
+    of them (their log-sum-exp is -inf in the merge). Absent (None) where every query sees every key."""
 
-    key_slots: torch.Tensor  # (sum of key lengths,) slots of every sequence's keys, sequence after sequence
-    cu_seqlens_q: torch.Tensor  # (S + 1,) int32
-    cu_seqlens_k: torch.Tensor  # (S + 1,) int32
-    max_seqlen_q: int
-    max_seqlen_k: int
+    bias: torch.Tensor  # (group * n, run length)
+    empty: torch.Tensor | None  # (group * n,) bool, None when no row is empty
+
+
+@dataclass
+class KernelLayout:
+    """Per sequence its queries, keys and block table, as the paged kernels (vLLM CPU, flash-attn) read them."""
+
+    block_table: torch.Tensor  # (S, max blocks) int32
+    query_start: torch.Tensor  # (S + 1,) int32: cumulative query rows
+    key_start: torch.Tensor  # (S + 1,) int32: cumulative keys
+    seq_lens: torch.Tensor  # (S,) int32: keys of each sequence, this chunk included
+    max_queries: int
+    max_keys: int
+    page: int  # tokens per block
 
 
 @dataclass
 class AttentionMetadata:
     cache: PagedKVCache
     write_slots: torch.Tensor  # (T,) cache slot of every packed row's K/V
-    backend: str = SDPA_TILED
-    tiles: TileLayout | None = None
-    varlen: VarlenLayout | None = None
+    seqs: list[SeqSlice]
+    backend: str = SDPA_IN_PLACE
+    kernel: KernelLayout | None = None
     _masks: dict = field(default_factory=dict)
+    _plans: dict = field(default_factory=dict)
 
-    def mask(self, causal: bool, window: int | None) -> torch.Tensor:
-        """(B, 1, tile, width) boolean, True = attend; built once per step and reused by every layer."""
-        key = (causal, window)
+    def plan(self, causal: bool, window: int | None, num_heads: int) -> torch.Tensor:
+        """vLLM's work split for this step, built once per kind of layer."""
+        key = (causal, window, num_heads)
+        if key not in self._plans:
+            c, k = self.cache, self.kernel
+            self._plans[key] = vllm_cpu.schedule(num_heads, c.num_kv_heads, c.head_dim, k.seq_lens, c.dtype,
+                                                 k.query_start, causal, window, c.variant)
+        return self._plans[key]
+
+    def run_masks(self, causal: bool, window: int | None, group: int) -> list[list[tuple[KeyRun, RunMask | None]]]:
+        """Per sequence, the runs some query sees, each with its mask; built once per step, reused by every layer."""
+        key = (causal, window, group)
         if key not in self._masks:
-            t = self.tiles
-            k_pos = torch.arange(t.width, device=t.key_len.device)[None, None, :]
-            q_pos = t.query_pos[:, :, None]
-            allowed = k_pos < t.key_len[:, None, None]
-            if causal:
-                allowed = allowed & (k_pos <= q_pos)
-            if window is not None:
-                allowed = allowed & ((q_pos - k_pos).abs() < window)  # two-sided when bidirectional
-            self._masks[key] = allowed[:, None]
+            self._masks[key] = [[(run, mask) for run in s.runs
+                                 if (mask := _run_mask(s, run, causal, window, group, self.cache)) is not _UNSEEN]
+                                for s in self.seqs]
         return self._masks[key]
+
+
+_UNSEEN = object()  # a run no query of the chunk sees
+
+
+def _run_mask(s: SeqSlice, run: KeyRun, causal: bool, window: int | None, group: int, cache: PagedKVCache):
+    last_q, last_k = s.ctx + s.n - 1, run.pos + run.length - 1
+    sees_all = (not causal or last_k <= s.ctx) and (
+        window is None or max(last_q - run.pos, last_k - s.ctx if not causal else 0) < window)
+    if sees_all:
+        return None
+    q_pos = torch.arange(s.ctx, s.ctx + s.n)[:, None]
+    k_pos = torch.arange(run.pos, run.pos + run.length)[None, :]
+    allowed = torch.ones(s.n, run.length, dtype=torch.bool)
+    if causal:
+        allowed &= k_pos <= q_pos
+    if window is not None:
+        allowed &= (q_pos - k_pos).abs() < window  # two-sided when bidirectional
+    if not allowed.any():
+        return _UNSEEN
+    allowed = allowed.repeat(group, 1)  # folded query rows: group-major, then position
+    bias = torch.zeros(allowed.shape, dtype=cache.dtype).masked_fill_(~allowed, float("-inf"))
+    empty = ~allowed.any(1)
+    device = cache.k[0].device
+    return RunMask(bias.to(device), empty.to(device) if empty.any() else None)
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
@@ -94,36 +170,71 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     meta.cache.write(layer, meta.write_slots, key[0].transpose(0, 1), value[0].transpose(0, 1))
     causal = getattr(module, "is_causal", True)
     q = query[0].transpose(0, 1)  # (T, heads, d)
-    if meta.backend == FLASH_VARLEN:
-        out = _attend_varlen(meta, layer, q, scaling, causal, sliding_window)
+    if meta.backend == VLLM_CPU:
+        k = meta.kernel
+        out = vllm_cpu.attend(q.to(meta.cache.dtype).contiguous(), meta.cache.k[layer], meta.cache.v[layer],
+                              k.query_start, k.seq_lens, k.block_table, scaling or q.shape[-1] ** -0.5, causal,
+                              sliding_window, meta.plan(causal, sliding_window, q.shape[1])).to(q.dtype)
+    elif meta.backend == FLASH_PAGED:
+        out = _attend_flash(meta, layer, q, scaling, causal, sliding_window)
     else:
-        out = _attend_tiles(meta, layer, q, scaling, causal, sliding_window)
+        out = _attend_in_place(meta, layer, q, scaling, causal, sliding_window)
     return out[None], None
 
 
-def _attend_tiles(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
+def _attend_in_place(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
+                     window: int | None) -> torch.Tensor:
+    cache = meta.cache
+    heads, dim, kv_heads = q.shape[1], q.shape[2], cache.num_kv_heads
+    group = heads // kv_heads
+    k_pool = cache.k[layer].view(-1, kv_heads, dim)
+    v_pool = cache.v[layer].view(-1, kv_heads, dim)
+    qc = q.to(cache.dtype)
+    outs = []
+    for s, runs in zip(meta.seqs, meta.run_masks(causal, window, group)):
+        qs = qc[s.row:s.row + s.n].view(s.n, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(
+            1, kv_heads, group * s.n, dim)
+        parts = [(k_pool[r.slot:r.slot + r.length].transpose(0, 1)[None],
+                  v_pool[r.slot:r.slot + r.length].transpose(0, 1)[None], m) for r, m in runs]
+        o = attend_runs(qs, parts, scaling)
+        outs.append(o.view(kv_heads, group, s.n, dim).permute(2, 0, 1, 3).reshape(s.n, heads, dim))
+    return torch.cat(outs).to(q.dtype)
+
+
+def attend_runs(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, RunMask | None]],
+                scale: float | None) -> torch.Tensor:
+    """q (1, kv_heads, rows, d) against the union of the runs' keys (each (1, kv_heads, length, d), views)."""
+    if len(parts) == 1:
+        k, v, m = parts[0]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if m is None else m.bias, scale=scale)
+    if q.device.type != "cpu":  # no fused kernel here returns the log-sum-exp: one copy of this sequence's keys
+        bias = torch.cat([m.bias if m is not None else q.new_zeros(q.shape[2], k.shape[2]) for k, _, m in parts], 1)
+        return F.scaled_dot_product_attention(q, torch.cat([k for k, _, _ in parts], 2),
+                                              torch.cat([v for _, v, _ in parts], 2), attn_mask=bias, scale=scale)
+    outs, lses = [], []
+    for k, v, m in parts:
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=None if m is None else m.bias, scale=scale)
+        if m is not None and m.empty is not None:
+            lse = lse.masked_fill(m.empty, float("-inf"))
+        outs.append(o)
+        lses.append(lse)
+    lse = torch.stack(lses)  # (runs, 1, kv_heads, rows)
+    weights = (lse - lse.logsumexp(0)).exp()
+    return (torch.stack(outs) * weights[..., None]).sum(0)
+
+
+def _attend_flash(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
                   window: int | None) -> torch.Tensor:
-    t, cache = meta.tiles, meta.cache
-    heads, dim = q.shape[1], q.shape[2]
-    n_tiles = t.key_len.numel()
-    k, v = cache.gather(layer, t.key_slots)  # (B * width, kv_heads, d) each
-    k = k.view(n_tiles, t.width, -1, dim).transpose(1, 2)
-    v = v.view(n_tiles, t.width, -1, dim).transpose(1, 2)
-    qt = q.index_select(0, t.query_rows).to(cache.dtype).view(n_tiles, t.tile, heads, dim).transpose(1, 2)
-    o = F.scaled_dot_product_attention(qt, k, v, attn_mask=meta.mask(causal, window), scale=scaling,
-                                       enable_gqa=k.shape[1] != heads)
-    return o.transpose(1, 2).reshape(n_tiles * t.tile, heads, dim).index_select(0, t.out_index).to(q.dtype)
-
-
-def _attend_varlen(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
-                   window: int | None) -> torch.Tensor:
     from flash_attn import flash_attn_varlen_func
 
-    lay = meta.varlen
-    k, v = meta.cache.gather(layer, lay.key_slots)
+    lay, cache = meta.kernel, meta.cache
+    pages = (-1, lay.page, cache.num_kv_heads, cache.head_dim)
+    k, v = cache.k[layer].view(pages), cache.v[layer].view(pages)
     left = window - 1 if window is not None else -1
-    return flash_attn_varlen_func(q, k, v, lay.cu_seqlens_q, lay.cu_seqlens_k, lay.max_seqlen_q, lay.max_seqlen_k,
-                                  softmax_scale=scaling, causal=causal, window_size=(left, left if not causal else 0))
+    return flash_attn_varlen_func(q, k, v, lay.query_start, lay.key_start, lay.max_queries, lay.max_keys,
+                                  softmax_scale=scaling, causal=causal, window_size=(left, left if not causal else 0),
+                                  block_table=lay.block_table)
 
 
 def _no_mask(*args, **kwargs):

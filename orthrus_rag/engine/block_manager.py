@@ -45,7 +45,8 @@ class BlockManager:
         needed = self.blocks_needed(seq, num_new_tokens)
         if needed > len(self.free):
             return False
-        seq.block_table.extend(self._take() for _ in range(needed))
+        for _ in range(needed):
+            seq.block_table.append(self._take(seq.block_table[-1] + 1 if seq.block_table else None))
         return True
 
     def acquire_prefix(self, seq: Sequence) -> int:
@@ -91,8 +92,14 @@ class BlockManager:
         seq.block_table = []
         seq.block_hashes = []
 
-    def _take(self) -> int:
-        block, _ = self.free.popitem(last=False)
+    def _take(self, wanted: int | None = None) -> int:
+        """A free block: `wanted` (the one after the table's last, so attention reads the sequence in one run) when it
+        is free and names no cached prefix; else the least recently freed."""
+        if wanted is not None and wanted in self.free and self.block_hash[wanted] is None:
+            del self.free[wanted]
+            block = wanted
+        else:
+            block, _ = self.free.popitem(last=False)
         self._forget(block)
         self.ref_counts[block] = 1
         return block

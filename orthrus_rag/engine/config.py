@@ -13,10 +13,11 @@ class EngineConfig:
     generator: str = "smollm2-135m-instruct"
     embedder: str | None = "all-minilm-l6-v2"  # None: embed with the generator's own layers only
     embedding_adapter: str | None = None  # PEFT LoRA folder applied to backbone embedding rows only
-    dtype: str = "auto"  # auto = bfloat16 on CPU and GPU; float32 for exactness checks
+    dtype: str = "auto"  # auto = bfloat16 on GPUs and CPUs with AVX512-BF16 or AMX, else float32
     device: str = "auto"  # auto = cuda when available, else cpu
     load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
     num_threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    attention_backend: str = "auto"  # auto | vllm_cpu | sdpa_in_place | flash_attn_paged (see engine/attention.py)
     # Step budget.
     max_num_batched_tokens: int = 512  # tokens (all kinds) in one forward step
     max_num_seqs: int = 64  # rows (sequences) in one step
@@ -39,6 +40,9 @@ class EngineConfig:
         if self.policy not in POLICIES:
             raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {self.policy!r}",
                                       "policy")
+        if self.attention_backend not in ("auto", "vllm_cpu", "sdpa_in_place", "flash_attn_paged"):
+            raise InvalidRequestError("runtime.attention_backend must be auto, vllm_cpu, sdpa_in_place or "
+                                      f"flash_attn_paged, got {self.attention_backend!r}", "attention_backend")
         if self.load_format not in ("auto", "dummy"):
             raise InvalidRequestError(f"runtime.load_format must be auto or dummy, got {self.load_format!r}",
                                       "load_format")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from orthrus_rag.engine import attention
+from orthrus_rag.engine import attention, vllm_cpu
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.kv_cache import PagedKVCache, bytes_per_block, pool_size
@@ -15,11 +15,10 @@ from orthrus_rag.models import load_generator, resolve_device, resolve_dtype, se
 class ModelRunner:
     def __init__(self, config: EngineConfig):
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype)
+        self.dtype = resolve_dtype(config.dtype, self.device)
         self.num_threads = set_threads(config.num_threads)
         self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device), config.load_format)
         self.model.set_attn_implementation(attention.register())
-        self.attention_backend = attention.choose_backend(self.device)
         self.adapter: AdapterRows | None = None
         if config.embedding_adapter:
             self.adapter = attach_embedding_adapter(self.model, config.embedding_adapter)
@@ -31,15 +30,20 @@ class ModelRunner:
         head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
         kv_heads = getattr(text_config, "num_key_value_heads", None) or heads
         scratch = -(-config.max_num_batched_tokens // config.block_size) + config.max_num_seqs
-        # On CPU the attention math runs in float32 (bf16 CPU attention kernels are several times slower).
-        cache_dtype = torch.float32 if self.device.type == "cpu" else self.dtype
+        self.attention_backend = attention.choose_backend(config.attention_backend, self.device, config.block_size,
+                                                          head_dim, self.dtype)
+        # SDPA on CPU attends in float32 (torch's bf16 CPU kernel is several times slower for small queries).
+        sdpa_on_cpu = self.device.type == "cpu" and self.attention_backend == attention.SDPA_IN_PLACE
+        cache_dtype = torch.float32 if sdpa_on_cpu else self.dtype
         layers = text_config.num_hidden_layers
         self.num_kv_blocks = config.num_kv_blocks or pool_size(
             self.device, bytes_per_block(layers, config.block_size, kv_heads, head_dim, cache_dtype),
             config.kv_memory_fraction, scratch)
         self.scratch_block = self.num_kv_blocks  # scratch blocks follow the pool: one step's KV-less chunks
+        blocked = self.attention_backend == attention.VLLM_CPU
         self.cache = PagedKVCache(layers, (self.num_kv_blocks + scratch) * config.block_size, kv_heads, head_dim,
-                                  cache_dtype, self.device)
+                                  cache_dtype, self.device, "blocked" if blocked else "flat", config.block_size,
+                                  vllm_cpu.isa(cache_dtype, config.block_size, head_dim) if blocked else "")
 
     def synchronize(self) -> None:
         """Wait for the device's queued work, so a step's measured time is its real time (no-op on CPU)."""

@@ -1,8 +1,8 @@
 """Step metadata: the scheduled chunks packed on the host in one pass, moved to the device in one transfer.
 
 Every chunk becomes a segment of the flat token row: its rows, the positions they take in their sequence, and the
-block table its keys live in (its own, or scratch blocks past the pool when it keeps no KV). From these the query
-tiles of the step's single attention call are laid out (see attention.py).
+block table its keys live in (its own, or scratch blocks past the pool when it keeps no KV). From the block table
+come the runs of consecutive blocks that attention reads in place (see attention.py).
 """
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from itertools import accumulate
 
 import torch
 
-from orthrus_rag.engine.attention import FLASH_VARLEN, AttentionMetadata, TileLayout, VarlenLayout
+from orthrus_rag.engine.attention import (FLASH_PAGED, VLLM_CPU, AttentionMetadata, KernelLayout, KeyRun,
+                                         SeqSlice)
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.kv_cache import PagedKVCache
-
-GATHER_COST = 8  # cost of gathering one padded key row, in query-key products (CPU, measured: tiles of 16 win at 8 decodes + 256)
 
 
 @dataclass
@@ -56,17 +55,17 @@ def pack_host(chunks: list[ScheduledChunk], block_size: int, scratch_block: int)
     return step
 
 
-def choose_tile(seg_rows: list[tuple[int, int, int]]) -> int:
-    """Queries per tile minimising padded work: tiles * width * (tile + gather cost)."""
-    longest = max(n for _, n, _ in seg_rows)
-    best, best_cost, tile = 1, None, 1
-    while True:
-        cost = sum(-(-n // tile) for _, n, _ in seg_rows) * (tile + GATHER_COST)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = tile, cost
-        if tile >= longest:
-            return best
-        tile *= 2
+def key_runs(table: list[int], num_keys: int, block_size: int) -> list[KeyRun]:
+    """The sequence's first `num_keys` keys as runs of consecutive blocks: each run is one view of the cache."""
+    runs: list[KeyRun] = []
+    for j in range(-(-num_keys // block_size)):
+        length = min(block_size, num_keys - j * block_size)
+        if j and table[j] == table[j - 1] + 1:
+            last = runs[-1]
+            runs[-1] = KeyRun(last.slot, last.pos, last.length + length)
+        else:
+            runs.append(KeyRun(table[j] * block_size, j * block_size, length))
+    return runs
 
 
 @dataclass
@@ -79,46 +78,22 @@ class DeviceStep:
 
 def to_device(step: HostStep, cache: PagedKVCache, block_size: int, backend: str,
               device: torch.device) -> DeviceStep:
-    """One host-to-device transfer for every integer of the step, then the layout on the device."""
-    tile = choose_tile(step.seg_rows)
-    tiles = _tiles(step.seg_rows, tile)
-    width_blocks = max(len(t) for t in step.tables)
-    tables = [t + [0] * (width_blocks - len(t)) for t in step.tables]
-    key_len = [ctx + n for _, n, ctx in step.seg_rows]
-    parts = [step.ids, step.positions, step.write_slots, step.logit_rows, key_len, [x for t in tables for x in t],
-             list(accumulate((n for _, n, _ in step.seg_rows), initial=0)), list(accumulate(key_len, initial=0)), *tiles]
+    """One host-to-device transfer for every integer of the step; key runs stay host integers (cache views)."""
+    paged = backend in (FLASH_PAGED, VLLM_CPU)  # the kernel reads block tables; SDPA reads runs of blocks
+    seqs = [] if paged else [SeqSlice(start, n, ctx, key_runs(table, ctx + n, block_size))
+                             for (start, n, ctx), table in zip(step.seg_rows, step.tables)]
+    parts = [step.ids, step.positions, step.write_slots, step.logit_rows]
+    if paged:
+        width = max(len(t) for t in step.tables)
+        key_lens = [ctx + n for _, n, ctx in step.seg_rows]
+        parts += [[x for t in step.tables for x in t + [0] * (width - len(t))],
+                  list(accumulate((n for _, n, _ in step.seg_rows), initial=0)),
+                  list(accumulate(key_lens, initial=0)), key_lens]
     flat = torch.tensor([x for p in parts for x in p], dtype=torch.long).to(device, non_blocking=True)
-    (ids, positions, write_slots, logit_rows, key_len_d, tables_d, cu_q, cu_k, query_rows, query_pos, tile_seg,
-     out_index) = flat.split([len(p) for p in parts])
-    slots = _key_slots(tables_d.view(len(tables), width_blocks), key_len_d, max(key_len), block_size)
-    meta = AttentionMetadata(cache, write_slots, backend)
-    if backend == FLASH_VARLEN:
-        j = torch.arange(slots.shape[1], device=device)
-        meta.varlen = VarlenLayout(slots[j[None, :] < key_len_d[:, None]], cu_q.int(), cu_k.int(),
-                                   max(n for _, n, _ in step.seg_rows), max(key_len))
-    else:
-        meta.tiles = TileLayout(tile, max(key_len), query_rows, query_pos.view(-1, tile),
-                                slots.index_select(0, tile_seg).flatten(), key_len_d.index_select(0, tile_seg),
-                                out_index)
+    ids, positions, write_slots, logit_rows, *kernel = flat.split([len(p) for p in parts])
+    meta = AttentionMetadata(cache, write_slots, seqs, backend)
+    if paged:
+        tables, cu_q, cu_k, seq_lens = (x.int() for x in kernel)
+        meta.kernel = KernelLayout(tables.view(len(key_lens), -1), cu_q, cu_k, seq_lens,
+                                   max(n for _, n, _ in step.seg_rows), max(key_lens), block_size)
     return DeviceStep(ids, positions, logit_rows, meta)
-
-
-def _tiles(seg_rows: list[tuple[int, int, int]], tile: int) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Per tile query: packed row and position (padding repeats the last query); per tile its chunk; per packed
-    row its index in the flattened tile output."""
-    query_rows, query_pos, tile_seg, out_index = [], [], [], []
-    for s, (start, n, ctx) in enumerate(seg_rows):
-        for a in range(0, n, tile):
-            nq = min(tile, n - a)
-            out_index.extend(range(len(query_rows), len(query_rows) + nq))
-            query_rows.extend(start + a + min(i, nq - 1) for i in range(tile))
-            query_pos.extend(ctx + a + min(i, nq - 1) for i in range(tile))
-            tile_seg.append(s)
-    return query_rows, query_pos, tile_seg, out_index
-
-
-def _key_slots(tables: torch.Tensor, key_len: torch.Tensor, width: int, block_size: int) -> torch.Tensor:
-    """(chunks, width) cache slot of each key position; past a chunk's keys, slot 0 (masked out)."""
-    j = torch.arange(width, device=tables.device)
-    slots = tables[:, j // block_size] * block_size + j % block_size
-    return slots.masked_fill(j[None, :] >= key_len[:, None], 0)

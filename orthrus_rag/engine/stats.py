@@ -41,4 +41,5 @@ class EngineStats:
             "kv_blocks_used": blocks.num_blocks - blocks.num_free,
             "policy": engine.scheduler.policy.name,
             "attention_backend": engine.runner.attention_backend,
+            "dtype": str(engine.runner.dtype).removeprefix("torch."),
         }

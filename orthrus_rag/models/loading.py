@@ -1,6 +1,7 @@
 """Load generators and embedders from resolved folders, with the project's dtype and thread defaults."""
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -17,13 +18,14 @@ DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.f
           "float16": torch.float16, "fp16": torch.float16}
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """'auto' is bfloat16 (2-3x faster than float32 on CPUs with AMX or AVX512-BF16, native on GPUs; on a CPU
-    without bf16 instructions, see `native_bf16`, float32 is the faster choice)."""
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "auto") -> torch.dtype:
+    """'auto' is the machine's fast type: bfloat16 on GPUs and on CPUs with AMX or AVX512-BF16 (2-3x faster than
+    float32 there), float32 on other CPUs (where a bf16 matrix product was ~10x slower than float32)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        return torch.bfloat16
+        device = resolve_device(device) if isinstance(device, str) else device
+        return torch.bfloat16 if native_bf16(device) else torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {dtype!r}")
     return DTYPES[dtype]
@@ -31,13 +33,21 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def native_bf16(device: torch.device) -> bool:
     """Whether bf16 matrix products are native on `device` (on an AVX2-only CPU they were ~10x slower than fp32)."""
-    if device.type != "cpu":
-        return True
+    return device.type != "cpu" or cpu_has_bf16()
+
+
+def cpu_has_bf16() -> bool:
+    """The CPU has AVX512-BF16 or AMX."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags, read once from /proc/cpuinfo (none where it cannot be read)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        return frozenset()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -65,10 +75,10 @@ def load_generator(name: str, dtype: str | torch.dtype = "auto", device: str = "
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if is_dummy(name, load_format):
-        return dummy_generator(resolve_model_path(name), resolve_dtype(dtype), resolve_device(device))
+        return dummy_generator(resolve_model_path(name), resolve_dtype(dtype, device), resolve_device(device))
     path = resolve_model_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
     return model.to(resolve_device(device)).eval(), tokenizer
 
 
@@ -79,4 +89,4 @@ def load_embedder(name: str, dtype: str | torch.dtype = "auto", device: str = "a
 
     path = dummy_embedder_folder(name) if is_dummy(name, load_format) else resolve_model_path(name)
     model = SentenceTransformer(str(path), device=str(resolve_device(device)))
-    return model.to(resolve_dtype(dtype)).eval()
+    return model.to(resolve_dtype(dtype, device)).eval()

@@ -22,12 +22,18 @@ PROMPTS = [
 
 
 DEVICE = os.environ.get("ORTHRUS_TEST_DEVICE", "cpu")  # engines and their transformers references run here
+# The attention backend of every tiny engine; vllm_cpu runs the suite again with vLLM's CPU kernels (blocks of 16).
+BACKEND = os.environ.get("ORTHRUS_TEST_ATTENTION", "sdpa_in_place")
+BLOCK_SIZE = 16 if BACKEND == "vllm_cpu" else 4
 
 
 def tiny_config(path, **overrides) -> EngineConfig:
-    args = dict(generator=str(path), embedder=None, dtype="float32", max_num_batched_tokens=32, block_size=4,
-                num_kv_blocks=256, device=DEVICE)
+    args = dict(generator=str(path), embedder=None, dtype="float32", max_num_batched_tokens=32,
+                block_size=BLOCK_SIZE, num_kv_blocks=256, device=DEVICE,
+                attention_backend=BACKEND)
     args.update(overrides)
+    if args["block_size"] % 16:  # a test about small blocks: the kernels take blocks of 16 and more
+        args["attention_backend"] = "sdpa_in_place"
     return EngineConfig(**args)
 
 

@@ -1,6 +1,7 @@
 """The step's attention: one call per layer whatever the number of sequences, equal to per-sequence attention."""
 import random
 import sys
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from orthrus_rag.engine import PoolingParams, SamplingParams
+from orthrus_rag.engine import attention, vllm_cpu
 from orthrus_rag.engine.attention import paged_attention
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.kv_cache import PagedKVCache
@@ -18,39 +20,54 @@ from orthrus_rag.engine.sequence import Sequence
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 
 
-def sdpa_calls_per_step(engine) -> list[int]:
-    """Run the engine to the end; per step, the scaled_dot_product_attention calls seen by the profiler."""
-    counts = []
+def key_storages(engine, monkeypatch) -> list[bool]:
+    """Run the engine to the end; for every key tensor attention was given, whether it lies in the cache's storage."""
+    seen = []
+    real_sdpa, real_fused = F.scaled_dot_product_attention, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    pools = {t.untyped_storage().data_ptr() for t in engine.runner.cache.k}
+
+    def record(k):
+        seen.append(k.untyped_storage().data_ptr() in pools)
+
+    def sdpa(q, k, v, *args, **kwargs):
+        record(k)
+        return real_sdpa(q, k, v, *args, **kwargs)
+
+    def fused(q, k, v, *args, **kwargs):
+        record(k)
+        return real_fused(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(attention.torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", fused)
     while engine.has_unfinished():
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            engine.step()
-        counts.append(sum(e.name == "aten::scaled_dot_product_attention" for e in prof.events()))
-    return counts
+        engine.step()
+    return seen
 
 
 @pytest.mark.parametrize("num_seqs", [1, 16])
-def test_one_attention_call_per_layer_per_step(make_engine, num_seqs):
-    engine = make_engine(max_num_batched_tokens=256, max_num_seqs=32)
-    layers = engine.runner.model.config.num_hidden_layers
+def test_attention_reads_keys_in_place(make_engine, monkeypatch, num_seqs):
+    """Every key tensor attention multiplies is a view of the cache: no gathered or padded copy on any path (decodes,
+    chunks, backbone embeddings, shared prefixes)."""
+    engine = make_engine(max_num_batched_tokens=256, max_num_seqs=32, attention_backend="sdpa_in_place")
     rng = random.Random(num_seqs)
+    shared = " ".join(["shared"] * 40)  # full blocks shared through the prefix cache: tables of several runs
     for i in range(num_seqs):  # prompts of different lengths: chunks and decodes share steps
-        words = " ".join(["token"] * rng.randrange(3, 40))
+        words = shared + " " + " ".join(["token"] * rng.randrange(3, 40))
         engine.add_request(f"g{i}", words, SamplingParams(max_tokens=rng.randrange(2, 6), ignore_eos=True))
         if i % 4 == 0:
             engine.add_request(f"e{i}", words, PoolingParams(model="backbone"))
-    counts = sdpa_calls_per_step(engine)
-    assert counts and all(c == layers for c in counts), counts
+    seen = key_storages(engine, monkeypatch)
+    assert seen and all(seen)
 
 
 class Chunk:
     """A sequence with `ctx` tokens in the cache and `n` new ones this step."""
 
-    def __init__(self, idx: int, ctx: int, n: int, keeps_kv: bool, next_block: int):
+    def __init__(self, idx: int, ctx: int, n: int, table: list[int]):
         self.seq = Sequence(f"s{idx}", "generate", list(range(ctx + n)), RequestTimings(0.0), idx,
                             sampling=SamplingParams())
         self.seq.num_computed = ctx
-        blocks = -(-(ctx + n) // BLOCK) if keeps_kv else 0
-        self.seq.block_table = list(range(next_block, next_block + blocks))
+        self.seq.block_table = table
         self.ctx, self.n = ctx, n
 
 
@@ -64,13 +81,17 @@ def reference(q, k, v, chunk: Chunk, causal: bool, window: int | None, scale: fl
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
 
 
-def fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, causal=False, window_size=(-1, -1)):
-    """flash-attn's documented semantics written plainly: queries aligned to the end of their keys; key j is seen by
-    query position i when i - left <= j <= i + right (-1: unbounded), and j <= i when causal."""
+def fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, causal=False, window_size=(-1, -1),
+                     block_table=None):
+    """flash-attn's documented semantics written plainly: k/v are pages (blocks, page, kv_heads, d) read through each
+    sequence's block table; queries aligned to the end of their keys; key j is seen by query position i when
+    i - left <= j <= i + right (-1: unbounded), and j <= i when causal."""
     left, right = window_size
     outs = []
     for s in range(len(cu_q) - 1):
-        qs, ks, vs = q[cu_q[s]:cu_q[s + 1]], k[cu_k[s]:cu_k[s + 1]], v[cu_k[s]:cu_k[s + 1]]
+        n_k = int(cu_k[s + 1] - cu_k[s])
+        qs = q[cu_q[s]:cu_q[s + 1]]
+        ks, vs = (x[block_table[s]].flatten(0, 1)[:n_k] for x in (k, v))
         i = torch.arange(len(ks) - len(qs), len(ks))[:, None]
         j = torch.arange(len(ks))[None, :]
         allowed = torch.ones(len(qs), len(ks), dtype=torch.bool)
@@ -87,26 +108,63 @@ def fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, cau
     return torch.cat(outs)
 
 
-@pytest.mark.parametrize("backend", ["sdpa_tiled", "flash_attn_varlen"])
+SHAPES = [(9, 1, True), (0, 7, True), (3, 6, True), (20, 1, True), (0, 5, False), (0, 1, False), (14, 1, True)]
+VLLM = not vllm_cpu.unsupported(32, 16, torch.float32)
+
+
+@dataclass
+class Geometry:
+    """Sizes of one attention test: vLLM's kernels take head dims of 32 and more and blocks of 16."""
+
+    block: int = BLOCK
+    dim: int = DIM
+    scale: int = 1  # SHAPES' lengths (not the single-token decodes) times this
+
+    def shapes(self) -> list[tuple[int, int, bool]]:
+        return [(ctx * self.scale, n if n == 1 else n * self.scale, kv) for ctx, n, kv in SHAPES]
+
+
+def tables(layout: str, geo: Geometry) -> list[list[int]]:
+    """Block tables for the shapes: laid out one after another (one run each), or fragmented (blocks in reverse
+    order and a shared first block: several runs per sequence, merged by log-sum-exp)."""
+    out, next_block = [], 1
+    for ctx, n, keeps_kv in geo.shapes():
+        blocks = -(-(ctx + n) // geo.block) if keeps_kv else 0
+        table = list(range(next_block, next_block + blocks))
+        next_block += blocks
+        if layout == "fragmented" and blocks:
+            table = [0] + table[1:][::-1] if ctx >= geo.block else table[::-1]  # block 0: the same keys everywhere
+        out.append(table)
+    return out
+
+
+@pytest.mark.parametrize("backend,layout", [
+    ("sdpa_in_place", "one_run"), ("sdpa_in_place", "fragmented"), ("flash_attn_paged", "fragmented"),
+    pytest.param("vllm_cpu", "fragmented", marks=pytest.mark.skipif(not VLLM, reason="vLLM CPU kernels absent"))])
 @pytest.mark.parametrize("causal,window", [(True, None), (True, 5), (False, None), (False, 3)])
-def test_packed_attention_equals_per_sequence_attention(causal, window, backend, monkeypatch):
-    if backend == "flash_attn_varlen":  # the call's plumbing, against flash-attn's documented semantics
+def test_packed_attention_equals_per_sequence_attention(causal, window, backend, layout, monkeypatch):
+    if backend == "flash_attn_paged":  # the call's plumbing, against flash-attn's documented semantics
         monkeypatch.setitem(sys.modules, "flash_attn", SimpleNamespace(flash_attn_varlen_func=fake_flash_varlen))
+    geo = Geometry(16, 32, 4) if backend == "vllm_cpu" else Geometry()
+    block, dim = geo.block, geo.dim
     torch.manual_seed(0)
-    shapes = [(9, 1, True), (0, 7, True), (3, 6, True), (20, 1, True), (0, 5, False), (0, 1, False), (14, 1, True)]
-    chunks, next_block = [], 0
-    for i, (ctx, n, keeps_kv) in enumerate(shapes):
-        chunks.append(Chunk(i, ctx, n, keeps_kv, next_block))
-        next_block += len(chunks[-1].seq.block_table)
-    cache = PagedKVCache(1, 64 * BLOCK, KV_HEADS, DIM, torch.float32, torch.device("cpu"))
-    full_k = [torch.randn(KV_HEADS, c.ctx + c.n, DIM) for c in chunks]
-    full_v = [torch.randn(KV_HEADS, c.ctx + c.n, DIM) for c in chunks]
+    chunks = [Chunk(i, ctx, n, table) for i, ((ctx, n, _), table) in enumerate(zip(geo.shapes(), tables(layout, geo)))]
+    blocked = dict(layout="blocked", block_size=block, variant=vllm_cpu.isa(torch.float32, block, dim)) \
+        if backend == "vllm_cpu" else {}
+    cache = PagedKVCache(1, 64 * block, KV_HEADS, dim, torch.float32, torch.device("cpu"), **blocked)
+    full_k = [torch.randn(KV_HEADS, c.ctx + c.n, dim) for c in chunks]
+    full_v = [torch.randn(KV_HEADS, c.ctx + c.n, dim) for c in chunks]
     for c, k, v in zip(chunks, full_k, full_v):  # the context is already in the cache
-        slots = torch.tensor([c.seq.block_table[p // BLOCK] * BLOCK + p % BLOCK for p in range(c.ctx)], dtype=torch.long)
+        if c.ctx and c.seq.block_table[0] == 0:  # a shared first block holds the same keys for every sequence
+            k[:, :block], v[:, :block] = full_k[0][:, :block], full_v[0][:, :block]
+        slots = torch.tensor([c.seq.block_table[p // block] * block + p % block for p in range(c.ctx)],
+                             dtype=torch.long)
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
-    host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], BLOCK, scratch_block=40)
-    step = to_device(host, cache, BLOCK, backend, torch.device("cpu"))
-    q = [torch.randn(HEADS, c.n, DIM) for c in chunks]
+    host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], block, scratch_block=48)
+    step = to_device(host, cache, block, backend, torch.device("cpu"))
+    if backend == "sdpa_in_place" and layout == "fragmented":
+        assert max(len(s.runs) for s in step.meta.seqs) >= 3
+    q = [torch.randn(HEADS, c.n, dim) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
     module = SimpleNamespace(layer_idx=0, is_causal=causal)

@@ -93,3 +93,24 @@ def test_prefixes_with_equal_python_hashes_never_share_blocks():
     bm.commit(a)
     b = new_seq(1, [-2, -2, 3])
     assert bm.acquire_prefix(b) == 0 and not b.block_table
+
+
+def test_a_growing_sequence_takes_the_next_block_when_it_is_free():
+    """Attention reads a table of consecutive blocks as one run: growth takes the block after the last one when it
+    is free and names no cached prefix; otherwise the least recently freed block, as before."""
+    def seq(name: str, n: int, arrival: int) -> Sequence:
+        return Sequence(name, "generate", [arrival + 1] * n, RequestTimings(0.0), arrival)
+
+    bm = BlockManager(num_blocks=8, block_size=2)
+    a, b, c = seq("a", 2, 0), seq("b", 2, 1), seq("c", 2, 2)
+    for s in (a, b, c):
+        assert bm.allocate(s, 2)
+    assert (a.block_table, b.block_table, c.block_table) == ([0], [1], [2])
+    bm.free_sequence(b)  # free list, LRU first: 3 4 5 6 7 1
+    a.num_computed = 2
+    assert bm.allocate(a, 2) and a.block_table == [0, 1]  # the next block, not the LRU one (3)
+    c.num_computed = 2
+    bm.commit(c)  # block 2 now names a cached prefix
+    bm.free_sequence(c)
+    a.num_computed = 4
+    assert bm.allocate(a, 2) and a.block_table == [0, 1, 3]  # 2 is cached: kept for a prefix hit, LRU instead

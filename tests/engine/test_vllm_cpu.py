@@ -1,0 +1,61 @@
+"""Loading vLLM's CPU kernels: the extension the CPU can run, the pinned version only, and a clear reason where they
+cannot be used; the backend choice that follows."""
+import importlib.metadata
+
+import pytest
+import torch
+
+from orthrus_rag.engine import InvalidRequestError, vllm_cpu
+from orthrus_rag.engine.attention import choose_backend
+
+AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
+
+
+@pytest.mark.parametrize("flags,want", [
+    ({"sse4_2"}, None), ({"avx2", "fma"}, "_C_AVX2"), (AVX512, "_C_AVX512"), (AVX512 | {"avx512_bf16"}, "_C_AVX512"),
+    (AVX512 | {"amx_bf16", "amx_tile"}, "_C"), ({"avx2", "fma", "avx512f"}, "_C_AVX2")])
+def test_the_extension_follows_the_cpu_flags(flags, want):
+    assert vllm_cpu.extension_for(frozenset(flags)) == want
+
+
+def missing(name):
+    raise importlib.metadata.PackageNotFoundError(name)
+
+
+@pytest.mark.parametrize("version,why", [(lambda name: "0.1.0", "vllm-cpu 0.1.0 is installed; the kernels are used "
+                                          "with 0.32.0 only"), (missing, "vllm-cpu is not installed (./install.sh")])
+def test_only_the_pinned_version_is_loaded(monkeypatch, version, why):
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    vllm_cpu.load.cache_clear()
+    try:
+        assert why in vllm_cpu.load()
+    finally:
+        monkeypatch.undo()
+        vllm_cpu.load.cache_clear()
+
+
+@pytest.mark.parametrize("head_dim,block,dtype,why", [(16, 16, torch.float32, "head_dim 16"),
+                                                      (64, 8, torch.float32, "block_size 8"),
+                                                      (64, 16, torch.float16, "neither float32 nor bfloat16")])
+def test_shapes_the_kernels_do_not_take(head_dim, block, dtype, why):
+    assert why in vllm_cpu.unsupported(head_dim, block, dtype)
+
+
+def test_backend_choice(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(vllm_cpu, "unsupported", lambda *args: None)
+    assert choose_backend("auto", cpu, 16, 64, torch.float32) == "vllm_cpu"
+    assert choose_backend("sdpa_in_place", cpu, 16, 64, torch.float32) == "sdpa_in_place"
+    monkeypatch.setattr(vllm_cpu, "unsupported", lambda *args: "vllm-cpu is not installed")
+    assert choose_backend("auto", cpu, 16, 64, torch.float32) == "sdpa_in_place"
+    with pytest.raises(InvalidRequestError, match="vllm_cpu cannot run here: vllm-cpu is not installed"):
+        choose_backend("vllm_cpu", cpu, 16, 64, torch.float32)
+    with pytest.raises(InvalidRequestError, match="flash_attn_paged cannot run here: it runs on CUDA only"):
+        choose_backend("flash_attn_paged", cpu, 256, 64, torch.float32)
+    with pytest.raises(InvalidRequestError, match="must be auto or one of"):
+        choose_backend("fast", cpu, 16, 64, torch.float32)
+
+
+@pytest.mark.skipif(vllm_cpu.unsupported(64, 16, torch.float32) is not None, reason="vLLM CPU kernels absent")
+def test_the_pinned_kernels_load_here():
+    assert vllm_cpu.load() is None and hasattr(torch.ops._C, "cpu_attention_with_kv_cache")
