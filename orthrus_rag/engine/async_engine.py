@@ -5,24 +5,33 @@ that thread only), drains submitted commands before each step, and hands results
 `call_soon_threadsafe`. When idle it blocks on its command queue, so an idle engine costs no CPU.
 
 Inside the engine every request has its own key; a caller's `request_id` is only a name, and a name still in
-flight is refused. Nothing a request sends can stop the loop: a failure is contained to the request it belongs to
-(and a step that fails outside any request fails the requests in flight, not the loop). At shutdown every command
-still queued gets an answer.
+flight is refused. Requests are checked and tokenised on the caller's side (`LLMEngine.prepare`, in a worker thread
+for long texts), so the loop thread only runs steps. Nothing a request sends can stop the loop: a failure is
+contained to the request it belongs to (and a step that fails outside any request fails the requests in flight, not
+the loop). Should the loop thread itself end for any other reason, it marks the engine dead on its way out: every
+waiter and every later call gets an EngineDeadError, and `health()` says why. At shutdown every command still queued
+gets an answer; past `shutdown_timeout_s` what remains is failed.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from orthrus_rag.engine.config import EngineConfig
-from orthrus_rag.engine.engine import LLMEngine, Prompt
+from orthrus_rag.engine.engine import LLMEngine, PreparedRequest, Prompt
 from orthrus_rag.engine.errors import EngineDeadError, EngineError, InvalidRequestError, RequestAbortedError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
+
+
+log = logging.getLogger(__name__)
+OFF_THREAD_CHARS = 4096  # texts at least this long are tokenised in a worker thread, not on the caller's loop
 
 
 @dataclass
@@ -42,8 +51,10 @@ class AsyncEngine:
         self._ids = itertools.count()
         self._lock = threading.Lock()  # guards _keys, _dead and submissions against shutdown
         self._dead: Exception | None = None
+        self._abandoned = False  # shutdown gave up waiting: the loop stops at its next turn
+        self._idle, self._beat = False, time.monotonic()  # for health(): blocked on the queue, or the last step's end
         self._stats: dict = self.engine.get_stats()
-        self._thread = threading.Thread(target=self._loop, name="orthrus-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="orthrus-engine", daemon=True)
         self._thread.start()
 
     async def __aenter__(self) -> AsyncEngine:
@@ -77,7 +88,7 @@ class AsyncEngine:
     def abort(self, request_id: str) -> None:
         key = self._keys.get(request_id)
         if key is not None:
-            self._commands.put(("abort", key, None, None))
+            self._commands.put(("abort", key, None))
 
     def stats(self) -> dict:
         """Counters as of the last step (a copy, safe to read from any thread)."""
@@ -86,11 +97,28 @@ class AsyncEngine:
     def embedding_dim(self, model: str | None = None) -> int:
         return self.engine.embedding_dim(model)
 
-    def shutdown(self) -> None:
-        """Stop accepting work, finish what is in flight, then stop the loop thread."""
+    def health(self) -> str | None:
+        """Why the engine cannot serve (dead, thread gone, or no step finished within `stall_timeout_s` while it
+        has work), or None when it is healthy."""
+        if self._dead is not None:
+            return str(self._dead)
+        if not self._thread.is_alive():
+            return "the engine thread is not running"
+        stalled = time.monotonic() - self._beat
+        if not self._idle and stalled > self.config.stall_timeout_s:
+            return f"no engine step finished in the last {stalled:.0f} s (runtime.stall_timeout_s)"
+        return None
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Stop accepting work, finish what is in flight, then stop the loop thread. After `timeout_s` (None:
+        `runtime.shutdown_timeout_s`) what is still in flight fails with EngineDeadError and the thread is left to
+        stop at its next turn."""
         if self._thread.is_alive():
-            self._commands.put(("shutdown", None, None, None))
-            self._thread.join()
+            self._commands.put(("shutdown", None, None))
+            self._thread.join(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
+        if self._thread.is_alive():
+            self._abandoned = True
+            self._die(EngineDeadError("the engine was shut down before this request finished"))
 
     # ---- plumbing -------------------------------------------------------------------------------------------
     @staticmethod
@@ -102,7 +130,7 @@ class AsyncEngine:
         raise RequestAbortedError("request ended without a result")
 
     async def _submit(self, prompt, params, request_id) -> AsyncIterator[StepOutput]:
-        key, rid = self._register(request_id, prompt, params)
+        key, rid = self._register(request_id, await self._prepare(prompt, params))
         waiter = self._waiters[key]
         finished = False
         try:
@@ -119,9 +147,18 @@ class AsyncEngine:
             with self._lock:
                 del self._waiters[key], self._keys[rid]
             if not finished:  # the caller went away (cancelled, disconnected): free the request's blocks
-                self._commands.put(("abort", key, None, None))
+                self._commands.put(("abort", key, None))
 
-    def _register(self, request_id: str | None, prompt: Prompt, params) -> tuple[str, str]:
+    async def _prepare(self, prompt: Prompt, params) -> PreparedRequest:
+        """Check and tokenise on the caller's side; a long text in a worker thread, so the caller's event loop (and
+        whatever else it serves) keeps running."""
+        if self._dead is not None:
+            raise EngineDeadError(f"the engine is not running ({self._dead}); create a new one")
+        if isinstance(prompt, str) and len(prompt) >= OFF_THREAD_CHARS:
+            return await asyncio.to_thread(self.engine.prepare, prompt, params)
+        return self.engine.prepare(prompt, params)
+
+    def _register(self, request_id: str | None, request: PreparedRequest) -> tuple[str, str]:
         """A fresh engine key for the request, its command queued; the caller's id must not be in flight."""
         key = f"req-{next(self._ids)}"
         rid = key if request_id is None else request_id
@@ -133,26 +170,45 @@ class AsyncEngine:
                                           "choose another id", "request_id")
             self._keys[rid] = key
             self._waiters[key] = _Waiter(asyncio.get_running_loop(), asyncio.Queue())
-            self._commands.put(("add", key, prompt, params))
+            self._commands.put(("add", key, request))
         return key, rid
 
     def _deliver(self, out: StepOutput) -> None:
         waiter = self._waiters.get(out.request_id)
         if waiter is not None:
-            waiter.loop.call_soon_threadsafe(waiter.queue.put_nowait, out)
+            _send(waiter, out)
+
+    def _run(self) -> None:
+        """The loop thread: `_loop` until shutdown; any other way out marks the engine dead and fails its waiters."""
+        try:
+            self._loop()
+        except BaseException as err:  # noqa: BLE001 - whatever ended the loop, nobody may wait on a dead engine
+            log.error("the engine thread stopped", exc_info=err)
+            self._die(EngineDeadError(f"the engine thread stopped ({err!r}); start a new engine"))
+
+    def _die(self, error: EngineDeadError) -> None:
+        """Mark the engine dead and answer every waiter with `error`."""
+        with self._lock:
+            self._dead = self._dead or error
+            waiters = list(self._waiters.items())
+        for key, waiter in waiters:
+            _send(waiter, StepOutput(key, finished=True, error=error))
 
     def _loop(self) -> None:
         stopping = False
-        while True:
+        while not self._abandoned:
             block = not self.engine.has_unfinished()
             if stopping and block:
                 break
+            self._idle = block
             stopping |= self._drain(block, accept=not stopping)
+            self._idle, self._beat = False, time.monotonic()
             try:
                 outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
             except Exception as err:  # outside any one request: fail those in flight, keep serving
                 outputs = self._fail_all(err)
             self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
+            self._beat = time.monotonic()
             for out in outputs:
                 self._deliver(out)
         with self._lock:
@@ -178,7 +234,7 @@ class AsyncEngine:
             return shutdown
 
     def _apply(self, command: tuple, accept: bool) -> bool:
-        op, rid, prompt, params = command
+        op, rid, request = command
         if op == "shutdown":
             return True
         if op == "abort":
@@ -188,7 +244,15 @@ class AsyncEngine:
         try:
             if not accept:
                 raise EngineDeadError("the engine is shutting down; no new requests are accepted")
-            self.engine.add_request(rid, prompt, params)
+            self.engine.add_prepared(rid, request)
         except Exception as err:
             self._deliver(StepOutput(rid, finished=True, error=err))
         return False
+
+
+def _send(waiter: _Waiter, out: StepOutput) -> None:
+    """Hand an output to its caller's event loop; a closed loop means nobody waits for it any more."""
+    try:
+        waiter.loop.call_soon_threadsafe(waiter.queue.put_nowait, out)
+    except RuntimeError:  # the caller's event loop is closed
+        pass

@@ -27,8 +27,10 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds
     kv_memory_fraction: float = 0.8  # for num_kv_blocks=None on CUDA: share of free memory after the generator loads
     enable_prefix_caching: bool = True
-    # Admission.
+    # Admission and liveness.
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
+    shutdown_timeout_s: float = 30.0  # AsyncEngine.shutdown waits this long for requests in flight, then fails them
+    stall_timeout_s: float = 300.0  # health() reports a busy engine whose last step ended longer ago than this
     # Composition policy: how each step's budget is shared between embed and generate work.
     policy: str = "adaptive"  # a name registered in engine/policy.py (POLICIES)
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
@@ -49,6 +51,9 @@ class EngineConfig:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
             if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
+        for name in ("shutdown_timeout_s", "stall_timeout_s"):
+            if not float(getattr(self, name)) > 0:
+                raise InvalidRequestError(f"runtime.{name} must be > 0 seconds, got {getattr(self, name)!r}", name)
         if not 0 < self.kv_memory_fraction <= 1:
             raise InvalidRequestError("runtime.kv_memory_fraction must be in (0, 1]", "kv_memory_fraction")
         if not 0 <= self.embed_min_share <= 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -24,10 +25,19 @@ from orthrus_rag.engine.request import (EmbedOutput, FinishReason, GenerateOutpu
                                         SamplingParams, Usage)
 from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
-from orthrus_rag.engine.sequence import Sequence
+from orthrus_rag.engine.sequence import Kind, Sequence
 from orthrus_rag.engine.stats import EngineStats
 
 Prompt = str | list[int]
+
+
+@dataclass
+class PreparedRequest:
+    """A request checked and tokenised, ready to queue."""
+
+    kind: Kind
+    ids: list[int]
+    params: SamplingParams | PoolingParams
 
 
 class LLMEngine:
@@ -51,8 +61,11 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | PoolingParams) -> None:
         """Validate, set up and queue a request; raises InvalidRequestError or QueueFullError, and then nothing
         was queued."""
-        if request_id in self.requests:
-            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        self.add_prepared(request_id, self.prepare(prompt, params))
+
+    def prepare(self, prompt: Prompt, params: SamplingParams | PoolingParams) -> PreparedRequest:
+        """Validate and tokenise a request without touching engine state, so any thread may call it (AsyncEngine
+        does it on the caller's side: a huge prompt costs its own caller, not the engine's steps)."""
         if not isinstance(params, (SamplingParams, PoolingParams)):
             raise InvalidRequestError("params must be SamplingParams (generate) or PoolingParams (embed)", "params")
         params.validate()
@@ -64,9 +77,18 @@ class LLMEngine:
         if kind == "embed" and params.truncate is not None:
             ids = ids[:params.truncate]
         self._check_length(ids, params, on_backbone)
-        generator = make_generator(params) if kind == "generate" else None
-        seq = Sequence(request_id, kind, ids, RequestTimings(time.perf_counter()), next(self._arrivals),
-                       sampling=params if kind == "generate" else None, pooling=params if kind == "embed" else None)
+        return PreparedRequest(kind, ids, params)
+
+    def add_prepared(self, request_id: str, request: PreparedRequest) -> None:
+        """Queue a prepared request; raises InvalidRequestError (id in use) or QueueFullError, and then nothing
+        was queued."""
+        if request_id in self.requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        generate = request.kind == "generate"
+        generator = make_generator(request.params) if generate else None
+        seq = Sequence(request_id, request.kind, request.ids, RequestTimings(time.perf_counter()),
+                       next(self._arrivals), sampling=request.params if generate else None,
+                       pooling=None if generate else request.params)
         self.scheduler.add(seq)
         self.requests[request_id] = seq
         self.generators[request_id] = generator

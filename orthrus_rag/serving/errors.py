@@ -76,7 +76,9 @@ def as_api_error(err: Exception) -> APIError:
         return bad_request(str(err), err.param)
     if isinstance(err, QueueFullError):
         return APIError(429, str(err), "rate_limit_error", code="queue_full")
-    if isinstance(err, (EngineDeadError, RequestAbortedError)):
+    if isinstance(err, EngineDeadError):
+        return APIError(503, str(err), "server_error", code="engine_unavailable")
+    if isinstance(err, RequestAbortedError):
         return APIError(503, str(err), "server_error", code="unavailable")
     log.error("unexpected error while serving a request", exc_info=err)
     return APIError(500, f"internal server error ({type(err).__name__}); the request failed, the server is still "

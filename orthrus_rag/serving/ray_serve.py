@@ -146,6 +146,11 @@ class ReplicaClient:
     def embedding_dim(self, model: str | None = None) -> int:
         return self._dims[model]
 
+    def health(self) -> str | None:
+        """None while some replica reports its counters (Ray Serve replaces a replica whose check_health fails)."""
+        return None if self.replica_stats else "no engine replica has reported in the last " \
+                                                 f"{STATS_MAX_AGE_S:.0f} s"
+
     def stats(self) -> dict:
         """The replicas' counters, summed, as of the last poll (every STATS_PERIOD_S)."""
         return summed_stats(list(self.replica_stats.values()))
@@ -204,9 +209,10 @@ class OpenAIIngress:
         from orthrus_rag.serving.app import create_app
 
         board = ray.get_actor(self.board, namespace=NAMESPACE)
-        while len(await board.live.remote(STATS_MAX_AGE_S)) < self.settings.replicas:  # /health waits for them all
+        while len(live := await board.live.remote(STATS_MAX_AGE_S)) < self.settings.replicas:  # /health waits for all
             await asyncio.sleep(STATS_PERIOD_S)
         client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board)
+        client.replica_stats = live
         self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
         app = create_app(client, self.settings, client.rag if self.spec.rag else None, owns_engine=False)
         app.state.server.metrics.registry.register(ReplicaCollector(client))

@@ -78,5 +78,11 @@ class EngineReplica:
     def stats(self) -> dict:
         return self.engine.stats()
 
+    def check_health(self) -> None:
+        """Ray Serve's periodic probe: raising marks the replica unhealthy, and Ray Serve replaces it."""
+        reason = self.engine.health()
+        if reason is not None:
+            raise RuntimeError(f"the engine replica cannot serve: {reason}")
+
     def shutdown(self) -> None:
         self.engine.shutdown()

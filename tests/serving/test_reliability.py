@@ -174,3 +174,29 @@ def test_first_signal_drains_without_forcing_exit(engine):
     server = make_server(app, ServerSettings())
     server.handle_exit(signal.SIGINT, None)
     assert app.state.server.lifecycle.draining and server.should_exit and not server.force_exit
+
+
+def test_a_dead_engine_answers_503_engine_unavailable(serve_app, make_engine):
+    """The engine thread dies mid-request: the request in flight and every later one get 503 engine_unavailable
+    within a second, and /health says so."""
+    engine = make_engine()
+
+    def fail_all(err):
+        raise AssertionError("block 3 freed twice")
+
+    try:
+        with serve_app(engine, owns_engine=True) as running:
+            assert httpx.get(f"{running.url}/health", timeout=10).status_code == 200
+            real_step = engine.engine.step
+            engine._fail_all = fail_all
+            engine.engine.step = lambda early=None: 1 / 0 if engine.engine.requests else real_step(early)
+            start = time.monotonic()
+            resp = httpx.post(f"{running.api}/completions", json={**LONG, "max_tokens": 40}, timeout=10)
+            later = httpx.post(f"{running.api}/completions", json={**LONG, "max_tokens": 4}, timeout=10)
+            assert time.monotonic() - start < 1
+            for r in (resp, later):
+                assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable", r.text
+            health = httpx.get(f"{running.url}/health", timeout=10)
+            assert health.status_code == 503 and "freed twice" in health.json()["error"]["message"]
+    finally:
+        engine.shutdown(timeout_s=5)

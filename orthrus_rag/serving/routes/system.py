@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from orthrus_rag.serving.auth import require_api_key
+from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.openapi import UNAUTHORIZED, UNAVAILABLE
 from orthrus_rag.serving.responses import Health, ModelCard, ModelList
 from orthrus_rag.serving.state import ServerState, get_state
@@ -26,6 +27,10 @@ async def list_models(state: ServerState = Depends(get_state)) -> ModelList:
 
 @router.get("/health", responses=UNAVAILABLE)
 async def health(state: ServerState = Depends(get_state)) -> Health:
+    """200 while the engine serves; 503 `engine_unavailable` with the reason when it is dead or stalled."""
+    reason = state.engine.health()
+    if reason is not None:
+        raise APIError(503, f"the engine cannot serve: {reason}", "server_error", code="engine_unavailable")
     stats = state.engine.stats()
     return Health(running=stats.get("running", 0), waiting=stats.get("waiting", {}))
 
