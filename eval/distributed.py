@@ -4,8 +4,10 @@ Each actor builds its own engine, index and pipeline through `orthrus_rag.stack`
 index is built once per machine and loaded by the others). Every actor first gets ready; then all answer at once,
 question i going to actor i % N, each `concurrency` questions at a time. The merged run has the local run's shape:
 answers in question order, the wall time of the answering phase (ready to last answer), and the engines' counters
-summed. Ray joins the cluster at `$RAY_ADDRESS` when set, else starts a local one; each actor reserves one CPU and,
-when the cluster has a GPU for every actor and runtime.device is not cpu, one GPU.
+summed. A shard's answers are handed to `on_answer` as soon as the shard is done (the run's predictions log), and a
+shard whose actor dies is answered again by a surviving actor. Ray joins the cluster at `$RAY_ADDRESS` when set,
+else starts a local one; each actor reserves one CPU and, when the cluster has a GPU for every actor and
+runtime.device is not cpu, one GPU.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import time
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.experiment import RunOutput, answer_with, pipeline_for
+from eval.experiment import OnAnswer, RunOutput, answer_with, pipeline_for
 from orthrus_rag.cluster import connect, index_lock, summed_stats
 from orthrus_rag.stack import IndexSource, UserError, engine_config, start_engine
 
@@ -38,20 +40,46 @@ class ExperimentWorker:
             self.engine.shutdown()
 
 
-def answer_distributed(cfg: DictConfig, source: IndexSource, questions: list, workers: int) -> RunOutput:
+def answer_distributed(cfg: DictConfig, source: IndexSource, questions: list, workers: int,
+                       on_answer: OnAnswer | None = None) -> RunOutput:
     ray = connect(None)
     actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, cfg, workers))(ExperimentWorker)
     actors = [actor.remote(OmegaConf.to_container(cfg, resolve=True)) for _ in range(workers)]
     try:
         _get(ray, [a.prepare.remote(source) for a in actors])
         start = time.perf_counter()
-        shards = _get(ray, [a.answer.remote(questions[i::workers]) for i, a in enumerate(actors)])
+        shards, alive = _answer_shards(ray, actors, questions, on_answer)
         wall_s = time.perf_counter() - start
-        _get(ray, [a.shutdown.remote() for a in actors])
+        _get(ray, [a.shutdown.remote() for a in alive])
     finally:
         for a in actors:
             ray.kill(a)
-    return merged(questions, shards, wall_s)
+    return merged(questions, [shards[i] for i in range(workers)], wall_s)
+
+
+def _answer_shards(ray, actors: list, questions: list, on_answer: OnAnswer | None) -> tuple[dict, list]:
+    """Shard i (questions[i::N]) on actor i; a shard whose actor died goes to a surviving one. Returns shard index
+    -> RunOutput, each shard's answers handed to `on_answer` (by index in `questions`) as it completes, and the
+    actors still alive."""
+    n, pending, done, alive = len(actors), {}, {}, list(actors)
+    for i, a in enumerate(actors):
+        pending[a.answer.remote(questions[i::n])] = (i, a)
+    while pending:
+        (ref,), _ = ray.wait(list(pending), num_returns=1)
+        i, a = pending.pop(ref)
+        try:
+            done[i] = _get(ray, [ref])[0]
+        except ray.exceptions.RayActorError:  # the actor died: its shard goes to a survivor
+            alive.remove(a)
+            if not alive:
+                raise
+            survivor = alive[i % len(alive)]
+            pending[survivor.answer.remote(questions[i::n])] = (i, survivor)
+            continue
+        for j, answer in enumerate(done[i].answers):
+            if on_answer is not None:
+                on_answer(i + j * n, answer)
+    return done, alive
 
 
 def _get(ray, refs: list) -> list:

@@ -5,6 +5,10 @@
     orthrus-rag dataset=2wiki dataset.split=test dataset.limit=200
     orthrus-rag -m pipeline=no_retrieval,standard_rag,ircot,iter_retgen
     orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (eval/distributed.py)
+    orthrus-rag dataset=2wiki hydra.run.dir=outputs/run1 resume=true   # continue an interrupted run
+
+Each answered question is appended to predictions.jsonl as it completes (eval/predictions.py); results.json is
+written atomically at the end. A run with failed questions exits with status 2 unless `allow_failures=true`.
 """
 from __future__ import annotations
 
@@ -14,13 +18,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from eval.predictions import PredictionLog
 from orthrus_rag.cli.common import UserError, launch
+from orthrus_rag.files import write_atomic
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import EngineLike
 from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, embedding_dtype, engine_config, index_source,
@@ -65,6 +71,9 @@ class RunOutput:
     engine_stats: dict[str, Any]
 
 
+OnAnswer = Callable[[int, Any], None]  # (index in the questions answered, its Answer), as each completes
+
+
 # ---- inputs -------------------------------------------------------------------------------------------------
 def read_questions(spec: DatasetSpec) -> list:
     from eval.datasets import DatasetError, load_questions
@@ -81,8 +90,9 @@ def read_questions(spec: DatasetSpec) -> list:
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
-async def answer_all(cfg: DictConfig, engine: EngineLike, source: IndexSource, questions: list) -> RunOutput:
-    return await answer_with(cfg, engine, await pipeline_for(cfg, engine, source), questions)
+async def answer_all(cfg: DictConfig, engine: EngineLike, source: IndexSource, questions: list,
+                     on_answer: OnAnswer | None = None) -> RunOutput:
+    return await answer_with(cfg, engine, await pipeline_for(cfg, engine, source), questions, on_answer)
 
 
 async def pipeline_for(cfg: DictConfig, engine: EngineLike, source: IndexSource) -> Pipeline:
@@ -91,28 +101,26 @@ async def pipeline_for(cfg: DictConfig, engine: EngineLike, source: IndexSource)
     return rag_pipeline(cfg.pipeline, engine, await load_index(engine, source, pooling), pooling)
 
 
-async def answer_with(cfg: DictConfig, engine: EngineLike, pipeline: Pipeline, questions: list) -> RunOutput:
+async def answer_with(cfg: DictConfig, engine: EngineLike, pipeline: Pipeline, questions: list,
+                      on_answer: OnAnswer | None = None) -> RunOutput:
     """Every question through `pipeline`, `concurrency` at a time; the wall time of the answering alone."""
     start = time.perf_counter()
-    answers = await pipeline.run([q.question for q in questions], concurrency=cfg.concurrency)
+    answers = await pipeline.run([q.question for q in questions], concurrency=cfg.concurrency, on_answer=on_answer)
     return RunOutput(questions, answers, time.perf_counter() - start, engine.stats())
 
 
-def execute(cfg: DictConfig) -> RunOutput:
-    """Load everything the config names, check it, then answer every question with one engine (or, with
-    `workers` > 1, with one engine on each of that many Ray actors)."""
-    spec = DatasetSpec.from_config(cfg.dataset)
-    questions = read_questions(spec)
+def execute(cfg: DictConfig, spec: DatasetSpec, questions: list, on_answer: OnAnswer | None = None) -> RunOutput:
+    """Load everything the config names, then answer `questions` with one engine (or, with `workers` > 1, with one
+    engine on each of that many Ray actors)."""
     source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg),
                           embedding_dtype(cfg))
-    make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
     if num_workers(cfg) > 1:
         from eval.distributed import answer_distributed
 
-        return answer_distributed(cfg, source, questions, num_workers(cfg))
+        return answer_distributed(cfg, source, questions, num_workers(cfg), on_answer)
     engine = start_engine(engine_config(cfg))
     try:
-        return asyncio.run(answer_all(cfg, engine, source, questions))
+        return asyncio.run(answer_all(cfg, engine, source, questions, on_answer))
     finally:
         engine.shutdown()
 
@@ -144,30 +152,33 @@ def prediction_row(question: Any, answer: Any, scores: Any) -> dict[str, Any]:
             "calls": answer.num_calls, "trace": trace_summary(answer), "error": answer.error}
 
 
-def build_outputs(cfg: DictConfig, run: RunOutput) -> tuple[dict[str, Any], list[dict]]:
+def scored_row(question: Any, answer: Any) -> dict[str, Any]:
+    from eval.metrics import score_answers
+
+    return prediction_row(question, answer, score_answers([question], [answer])[0])
+
+
+def build_results(cfg: DictConfig, questions: list, rows: list[dict], run: RunOutput | None,
+                  resumed: int) -> dict[str, Any]:
+    """results.json from the prediction rows (in question order); `run` is the part answered now (None when an
+    earlier run had answered everything), `resumed` how many rows came from the earlier run."""
     from eval.bench.metrics import latency_stats
-    from eval.metrics import aggregate, extra_results, score_answers
+    from eval.metrics import QuestionScores, aggregate, extra_results
 
-    questions = run.questions
-    scores = score_answers(questions, run.answers)
+    scores = [QuestionScores(**row["scores"]) for row in rows]
+    answered_now = len(rows) - resumed
+    wall_s = run.wall_s if run else 0.0
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
-               "n": len(questions), "failed": sum(a.error is not None for a in run.answers),
+               "n": len(questions), "failed": sum(row["error"] is not None for row in rows),
                "metrics": aggregate(scores),
-               "latency": latency_stats([a.latency_s for a in run.answers]),
-               "qps": len(questions) / run.wall_s if run.wall_s > 0 else 0.0, "wall_s": run.wall_s,
-               "engine": run.engine_stats, "config": OmegaConf.to_container(cfg, resolve=True)}
+               "latency": latency_stats([row["latency_s"] for row in rows]),
+               "qps": answered_now / wall_s if wall_s > 0 else 0.0, "wall_s": wall_s,
+               "engine": run.engine_stats if run else {}, "config": OmegaConf.to_container(cfg, resolve=True)}
+    if resumed:  # latency covers every question; qps, wall_s and engine the part answered now
+        results["resumed"] = {"answered_before": resumed, "answered_now": answered_now,
+                              "latency_now": latency_stats([row["latency_s"] for row in rows[resumed:]])}
     results.update(extra_results(results["config"], questions, scores))
-    rows = [prediction_row(q, a, s) for q, a, s in zip(questions, run.answers, scores)]
-    return results, rows
-
-
-def write_outputs(out_dir: Path, results: dict[str, Any], rows: list[dict]) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    with (out_dir / "predictions.jsonl").open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return out_dir / "results.json"
+    return results
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -181,12 +192,44 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    results, rows = build_outputs(cfg, execute(cfg))
-    path = write_outputs(Path(HydraConfig.get().runtime.output_dir), results, rows)
+    spec = DatasetSpec.from_config(cfg.dataset)
+    questions = read_questions(spec)
+    make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    log = PredictionLog(out_dir)
+    done = log.answered() if _flag(cfg, "resume") else {}
+    kept = [done[q.id] for q in questions if q.id in done]
+    todo = [q for q in questions if q.id not in done]
+    if kept:
+        print(f"resuming: {len(kept)} of {len(questions)} questions already answered in {log.path}")
+    log.start(kept)
+    new_rows: dict[str, dict] = {}
+
+    def on_answer(i: int, answer: Any) -> None:
+        new_rows[todo[i].id] = row = scored_row(todo[i], answer)
+        log.append(row)
+
+    output = execute(cfg, spec, todo, on_answer) if todo else None
+    rows = kept + [new_rows[q.id] for q in todo]
+    order = {q.id: i for i, q in enumerate(questions)}
+    results = build_results(cfg, questions, sorted(rows, key=lambda r: order[r["id"]]), output, len(kept))
+    log.finish(sorted(rows, key=lambda r: order[r["id"]]))
+    path = write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
     print(format_table(results))
-    print(f"results: {path}\npredictions: {path.with_name('predictions.jsonl')}")
+    print(f"results: {path}\npredictions: {log.path}")
     sys.stdout.flush()
+    if results["failed"] and not _flag(cfg, "allow_failures"):
+        raise UserError(f"{results['failed']} of {len(questions)} questions failed (their 'error' is in {log.path});"
+                        " the files are written. Rerun the same command with resume=true to retry them, or set "
+                        "allow_failures=true to accept them")
     return results
+
+
+def _flag(cfg: DictConfig, key: str) -> bool:
+    value = cfg.get(key, False)
+    if not isinstance(value, bool):
+        raise UserError(f"{key}: expected true or false, got {value!r}")
+    return value
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from orthrus_rag.cli.common import CONF_DIR
+from orthrus_rag.files import write_atomic
 
 ROWS_DIR = CONF_DIR / "experiment" / "leaderboard"
 RESULTS_DIR = Path("leaderboard/results")
@@ -55,6 +56,7 @@ def read_results(folder: Path) -> list[Row]:
         except json.JSONDecodeError as error:
             raise ValueError(f"{path} is not valid JSON ({error}): remove it or rerun its row") from error
         if isinstance(results, dict) and {"pipeline", "metrics"} <= results.keys():
+            refuse_failures(path, results)
             rows.append(Row(path.parent.name if path.name == "results.json" else path.stem, results))
     if not rows:
         raise FileNotFoundError(f"no results.json files under {folder}")
@@ -78,16 +80,23 @@ def run_experiments(names: list[str], runs: Path, results_dir: Path, overrides: 
                 f"hydra.run.dir={run_dir}", *overrides]
         tqdm.write(" ".join(args))
         if subprocess.run(args).returncode != 0:
-            raise RuntimeError(f"row {name!r} failed (its output is above); rows before it were saved")
+            raise RuntimeError(f"row {name!r} failed (its output is above); rows before it were saved. Rerun with "
+                               f"{run_dir} kept and resume=true to finish it")
         save_row(run_dir / "results.json", results_dir / f"{name}.json")
 
 
 def save_row(source: Path, target: Path) -> Path:
-    """A run's results.json, without raw predictions, as a committed leaderboard row."""
+    """A run's results.json, without raw predictions, as a committed leaderboard row (written atomically)."""
     results = {k: v for k, v in json.loads(source.read_text(encoding="utf-8")).items() if k not in DROPPED_KEYS}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return target
+    refuse_failures(source, results)
+    return write_atomic(target, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+
+
+def refuse_failures(path: Path, results: dict) -> None:
+    """A row is published only when every question was answered."""
+    if results.get("failed"):
+        raise ValueError(f"{path}: {results['failed']} of {results.get('n')} questions failed, so the row is not "
+                         "published; rerun its experiment with resume=true (same hydra.run.dir) to answer them")
 
 
 # ---- the table --------------------------------------------------------------------------------------------------
@@ -287,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = read_results(args.from_results or args.results)
     except (FileNotFoundError, ValueError, RuntimeError) as error:
         parser.error(str(error))
-    args.out.write_text(render(rows), encoding="utf-8")
+    write_atomic(args.out, render(rows))
     print(f"leaderboard: {args.out} ({len(rows)} rows)")
 
 

@@ -77,9 +77,11 @@ class Pipeline(ABC):
         return {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in skip and isinstance(v, plain)}
 
     async def run(self, questions: Iterable[str], concurrency: int | None = 8,
-                  arrivals: Sequence[float] | None = None, progress: bool = True) -> list[Answer]:
+                  arrivals: Sequence[float] | None = None, progress: bool = True,
+                  on_answer: Callable[[int, Answer], None] | None = None) -> list[Answer]:
         """Answer many questions concurrently; answers come back in input order. A question whose answering
-        raises gets an answer with an empty prediction and the `error`; the other questions go on.
+        raises gets an answer with an empty prediction and the `error`; the other questions go on. `on_answer`
+        is called with each question's index and answer as soon as it completes (e.g. to log it).
 
         At most `concurrency` questions are in flight at once (None: no limit). With `arrivals`
         (offsets in seconds from the start of the run, one per question), question i starts no earlier
@@ -99,6 +101,8 @@ class Pipeline(ABC):
                 queued = time.perf_counter() - arrived
                 result = await self._answer_or_error(questions[i])
             result.queue_s = queued
+            if on_answer is not None:
+                on_answer(i, result)
             bar.update(1)
             return result
 

@@ -91,7 +91,8 @@ def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, t
 
 def test_a_failing_question_is_recorded_and_counted(tmp_path):
     from eval.datasets import Question
-    from eval.experiment import RunOutput, build_outputs, write_outputs
+    from eval.experiment import RunOutput, build_results, scored_row
+    from eval.predictions import PredictionLog
     from orthrus_rag.rag import Answer
     from hydra import compose, initialize_config_dir
 
@@ -101,11 +102,18 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
         cfg = compose(config_name="config")
     questions = [Question("q1", "Who?", "Ann"), Question("q2", "Where?", "Oslo")]
     answers = [Answer("Who?", "Ann"), Answer("Where?", "", error="RuntimeError: boom")]
-    results, rows = build_outputs(cfg, RunOutput(questions, answers, 1.0, {}))
+    rows = [scored_row(q, a) for q, a in zip(questions, answers)]
+    results = build_results(cfg, questions, rows, RunOutput(questions, answers, 1.0, {}), resumed=0)
     assert results["failed"] == 1 and results["n"] == 2 and results["metrics"]["em"] == 0.5
     assert [row["error"] for row in rows] == [None, "RuntimeError: boom"]
-    write_outputs(tmp_path, results, rows)
+    log = PredictionLog(tmp_path)
+    log.start([])
+    for row in rows:
+        log.append(row)
+    log.finish(rows)
+    (tmp_path / "results.json").write_text(json.dumps(results))
     assert read_results(tmp_path)[1][1]["error"] == "RuntimeError: boom"
+    assert list(log.answered()) == ["q1"]  # a resumed run asks the failed question again
 
 
 def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
@@ -154,3 +162,31 @@ def test_2wiki_experiment_selects_the_reported_setting():
         cfg = compose(config_name="config", overrides=["+experiment=2wiki_test", "pipeline=standard_rag"])
     assert (cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit) == ("2wiki", "test", 200)
     assert cfg.pipeline.name == "standard_rag"
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_failed_questions_make_the_run_fail_unless_allowed(run_app, tiny_models, tmp_path, monkeypatch, capsys, allow):
+    from pipelines.no_retrieval import NoRetrieval
+
+    real = NoRetrieval.answer
+
+    async def flaky(self, question):
+        if question == first_question:
+            raise RuntimeError("boom")
+        return await real(self, question)
+
+    from eval.datasets import load_questions
+    from orthrus_rag.demo import demo_questions_path
+
+    first_question = load_questions(demo_questions_path(), "all", 1)[0].question
+    monkeypatch.setattr(NoRetrieval, "answer", flaky)
+    args = ["orthrus-rag", *tiny_models, *SMALL, "pipeline=no_retrieval", f"hydra.run.dir={tmp_path / 'run'}"]
+    if allow:
+        run_app(main, *args, "allow_failures=true")
+    else:
+        with pytest.raises(SystemExit) as exit_info:
+            run_app(main, *args)
+        assert exit_info.value.code == 2
+        assert "1 of 3 questions failed" in capsys.readouterr().err
+    results, rows = read_results(tmp_path / "run")  # the files are written either way
+    assert results["failed"] == 1 and rows[0]["error"] == "RuntimeError: boom"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,51 @@ def test_a_missing_model_on_a_worker_is_a_one_line_error(ray_cluster, run_app, t
                 f"hydra.run.dir={tmp_path / 'run'}")
     err = capsys.readouterr().err
     assert "orthrus-rag: error:" in err and "/nowhere/model" in err and "Traceback" not in err
+
+
+class FakeRay:
+    """Just enough of ray for `_answer_shards`: refs are (actor, questions); a dead actor's refs raise."""
+
+    class exceptions:
+        class RayActorError(Exception):
+            pass
+
+        class RayTaskError(Exception):
+            pass
+
+    def __init__(self, dead: set):
+        self.dead = dead
+
+    def wait(self, refs, num_returns=1):
+        return refs[:1], refs[1:]
+
+    def get(self, refs):
+        (ref,) = refs
+        actor, questions = ref.actor, list(ref.questions)
+        if actor.name in self.dead:
+            raise self.exceptions.RayActorError(f"{actor.name} died")
+        return [RunOutput(questions, [q.upper() for q in questions], 1.0, {"by": actor.name})]
+
+
+class FakeActor:
+    def __init__(self, name):
+        self.name = name
+        self.answer = type("Method", (), {"remote": lambda _, questions: Ref(self, tuple(questions))})()
+
+
+@dataclass(frozen=True)
+class Ref:
+    actor: FakeActor
+    questions: tuple
+
+
+def test_a_dead_workers_shard_is_answered_by_a_survivor():
+    from eval.distributed import _answer_shards
+
+    questions, seen = list("abcdefg"), {}
+    actors = [FakeActor("w0"), FakeActor("w1"), FakeActor("w2")]
+    shards, alive = _answer_shards(FakeRay(dead={"w1"}), actors, questions, lambda i, a: seen.setdefault(i, a))
+    assert [a.name for a in alive] == ["w0", "w2"] and set(shards) == {0, 1, 2}
+    assert shards[1].answers == ["B", "E"] and shards[1].engine_stats["by"] in ("w0", "w2")
+    assert seen == {i: q.upper() for i, q in enumerate(questions)}  # every answer handed over once, by its index
+    assert merged(questions, [shards[i] for i in range(3)], 1.0).answers == list("ABCDEFG")

@@ -219,3 +219,17 @@ def test_row_configs_compose_and_pin_what_changes_a_number():
             assert (cfg.runtime.dtype, cfg.runtime.device, cfg.runtime.num_threads) == ("float32", "cpu", 1)
             assert (cfg.model.name, cfg.embedder.name) == ("smollm2-135m-instruct", "all-minilm-l6-v2")
             assert (cfg.metrics.bootstrap_seed, cfg.metrics.bootstrap_resamples) == (0, 1000)
+
+
+def test_a_row_with_failed_questions_is_not_published(tmp_path, monkeypatch, capsys):
+    rows = {"ircot": dict(full_results("ircot", 0.2, "2026-12-01T10:00:00+00:00"), failed=3)}
+    run, _ = fake_experiment(rows)
+    monkeypatch.setattr(leaderboard.subprocess, "run", run)
+    with pytest.raises(SystemExit):
+        main(["--rows", "ircot", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r"), "--out",
+              str(tmp_path / "x.md")])
+    assert "3 of" in capsys.readouterr().err and not (tmp_path / "r").exists() and not (tmp_path / "x.md").exists()
+    write_rows(tmp_path / "committed", rows)  # nor from results already on disk
+    with pytest.raises(SystemExit):
+        main(["--from-results", str(tmp_path / "committed"), "--out", str(tmp_path / "x.md")])
+    assert "resume=true" in capsys.readouterr().err

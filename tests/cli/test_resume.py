@@ -1,0 +1,61 @@
+"""Experiments lose nothing: a run killed half way (SIGKILL) and rerun with resume=true ends with the same
+predictions and answer metrics as a run that was never interrupted."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = ["pipeline=ircot", "pipeline.max_tokens=8", "pipeline.num_demos=0", "pipeline.reader_num_demos=0",
+            "pipeline.max_steps=2", "concurrency=2", "runtime.num_threads=1"]
+SAME = ("id", "prediction", "passages", "scores", "calls", "error")
+
+
+def command(tiny_models: list[str], run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "eval.experiment", *tiny_models, *SETTINGS, f"hydra.run.dir={run_dir}", *extra]
+
+
+def env() -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "predictions.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_killed_run_resumes_to_the_same_files(tiny_models, tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    done = subprocess.run(command(tiny_models, full), cwd=ROOT, env=env(), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    want = rows(full)
+    half = len(want) // 2
+
+    proc = subprocess.Popen(command(tiny_models, part), cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while len(rows(part)) < half and proc.poll() is None:
+        assert time.monotonic() < deadline, "the run never got half way"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    kept = len(rows(part))
+    assert half <= kept < len(want), "the run was not killed half way"
+    assert not (part / "results.json").exists()
+
+    resumed = subprocess.run(command(tiny_models, part, "resume=true"), cwd=ROOT, env=env(), capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming: {kept} of {len(want)}" in resumed.stdout
+    got = rows(part)
+    assert [{k: r[k] for k in SAME} for r in got] == [{k: r[k] for k in SAME} for r in want]
+    results, reference = (json.loads((d / "results.json").read_text()) for d in (part, full))
+    assert results["metrics"] == reference["metrics"] and results["ci"] == reference["ci"]
+    assert results["resumed"]["answered_before"] == kept and results["resumed"]["answered_now"] == len(want) - kept
+    assert results["n"] == reference["n"] and results["failed"] == 0
