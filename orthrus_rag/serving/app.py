@@ -13,6 +13,7 @@ from orthrus_rag.serving.body_limit import BodyLimitMiddleware
 from orthrus_rag.serving.disconnect import DisconnectMiddleware
 from orthrus_rag.serving.errors import install_error_handlers
 from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
+from orthrus_rag.serving.limits import LimitsMiddleware
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
 from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, install_openapi
 from orthrus_rag.serving.routes import chat, completions, embeddings, system
@@ -36,6 +37,8 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     app.include_router(system.router)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
+    app.add_middleware(LimitsMiddleware, timeout_s=settings.request_timeout_s,
+                       max_per_key=settings.max_concurrent_per_key, api_key=settings.api_key)
     app.add_middleware(DrainingMiddleware, lifecycle=state.lifecycle)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     install_openapi(app)

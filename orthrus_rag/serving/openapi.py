@@ -26,7 +26,9 @@ API_ERRORS = {
                "the vocabulary, an unknown model or pipeline"),
     **UNAUTHORIZED,
     413: error("the body is larger than the server's limit (server.max_body_bytes)"),
-    429: error("the engine's waiting queue is full; retry later"),
+    429: error("the engine's waiting queue is full, or this key has server.max_concurrent_per_key requests in "
+               "flight; retry later"),
+    504: error("the request ran past its deadline (server.request_timeout_s or its `timeout`) and was stopped"),
     **UNAVAILABLE,
 }
 RAG_ERRORS = {**API_ERRORS, 501: error("RAG is not enabled on this server")}

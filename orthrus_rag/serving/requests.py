@@ -34,6 +34,10 @@ Count = Annotated[int, Field(ge=1)]
 class OpenAIRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
+    timeout: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                  description="extension: seconds this request may take (server.request_timeout_s "
+                                              "still bounds it); past it the request is stopped and answered 504")
+
 
 class EmbeddingRequest(OpenAIRequest):
     input: (Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)] | TokenIds

@@ -48,6 +48,8 @@ class ServerSettings(BaseModel):
     served_embedder_name: str | None = None  # None: derived from the embedder's name or folder
     log_level: str = "info"
     timeout_graceful_shutdown: float | None = 30.0  # seconds to let in-flight requests finish on shutdown
+    request_timeout_s: float | None = Field(None, gt=0)  # a /v1 request's deadline (504 past it); None: none
+    max_concurrent_per_key: int | None = Field(None, ge=1)  # /v1 requests in flight per API key (429 beyond)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rag: RagSettings = Field(default_factory=RagSettings)
     replicas: int = Field(1, ge=1)  # engine replicas; >1 serves on Ray Serve (orthrus_rag/serving/ray_serve.py)

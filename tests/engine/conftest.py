@@ -50,6 +50,18 @@ def run_all(engine: LLMEngine, max_steps: int = 10_000) -> dict:
     return results
 
 
+async def until(condition, timeout: float = 10.0) -> None:
+    """Poll `condition` on the event loop until it holds; TimeoutError after `timeout` seconds."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        await asyncio.sleep(0.002)
+
+
 def assert_clean(engine: LLMEngine) -> None:
     """No leaked blocks, requests or pooling state."""
     assert engine.blocks.num_free == engine.blocks.num_blocks

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from orthrus_rag.engine import AsyncEngine, InvalidRequestError, PoolingParams, RequestAbortedError, SamplingParams
-from tests.engine.conftest import tiny_config
+from tests.engine.conftest import tiny_config, until
 
 
 @pytest.fixture
@@ -51,34 +51,30 @@ async def test_abandoned_stream_aborts_and_frees_blocks(engine):
     async for _ in stream:
         break
     await stream.aclose()
-    for _ in range(100):
-        if engine.stats()["kv_blocks_used"] == 0 and not engine.engine.requests:
-            break
-        await asyncio.sleep(0.02)
-    assert engine.stats()["kv_blocks_used"] == 0
+    await until(lambda: engine.stats()["kv_blocks_used"] == 0 and not engine.engine.requests)
 
 
 async def test_abort_by_id(engine):
     task = asyncio.create_task(engine.generate("abort me", SamplingParams(max_tokens=400, ignore_eos=True),
                                                request_id="x"))
-    await asyncio.sleep(0.05)
+    await until(lambda: engine._keys.get("x") in engine.engine.requests)  # admitted by the engine
     engine.abort("x")
     with pytest.raises(RequestAbortedError):
-        await task
+        await asyncio.wait_for(task, timeout=30)
 
 
 async def test_shutdown_drains_in_flight_work(tiny_llama_dir):
     engine = AsyncEngine(tiny_config(tiny_llama_dir))
     task = asyncio.create_task(engine.generate("drain", SamplingParams(max_tokens=5, ignore_eos=True)))
-    await asyncio.sleep(0.01)
+    await until(lambda: engine.engine.requests)
     await asyncio.to_thread(engine.shutdown)
-    assert (await task).usage.completion_tokens == 5
+    assert (await asyncio.wait_for(task, timeout=30)).usage.completion_tokens == 5
 
 
 async def test_caller_id_in_flight_is_refused_and_the_first_still_answers(engine):
     first = asyncio.create_task(engine.generate("one", SamplingParams(max_tokens=30, ignore_eos=True),
                                                 request_id="same"))
-    await asyncio.sleep(0.01)
+    await until(lambda: "same" in engine._keys)
     with pytest.raises(InvalidRequestError, match="already in flight"):
         await engine.generate("two", SamplingParams(max_tokens=2), request_id="same")
     out = await asyncio.wait_for(first, timeout=30)
@@ -101,7 +97,7 @@ async def test_shutdown_answers_every_queued_command(tiny_llama_dir, monkeypatch
 
     monkeypatch.setattr(engine.engine, "step", slow_step)
     first = asyncio.create_task(engine.generate("drain", SamplingParams(max_tokens=3, ignore_eos=True)))
-    await asyncio.sleep(0.01)
+    await until(lambda: engine.engine.requests)
     stopper = asyncio.create_task(asyncio.to_thread(engine.shutdown))
     later = []
     for i in range(30):

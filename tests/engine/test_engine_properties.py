@@ -2,6 +2,7 @@
 token-id inputs, long inputs, duplicate ids, aborts at random points) on a tiny KV pool, every request gets a
 result or a clear error at admission, nothing fails inside a step, and the engine is left clean and serving."""
 import math
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -40,42 +41,46 @@ def engine(tiny_llama_dir):
                                  max_waiting=6))
 
 
-def _collect(engine, outputs, finished):
+def _collect(engine, outputs, finished: Counter, results: dict | None = None):
     for out in outputs:
         assert out.error is None, f"{out.request_id} failed inside a step: {out.error!r}"
         if out.finished:
-            finished[out.request_id] = out.result
+            finished[out.request_id] += 1
+            if results is not None:
+                results[out.request_id] = out.result
 
 
 @settings(max_examples=120, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(operations)
 def test_any_request_mix_leaves_the_engine_clean_and_serving(engine, ops):
-    accepted, aborted, finished = set(), set(), {}
+    # Counted per admission: a name reused after its first request ended is a second request that must end too.
+    accepted, aborted, finished, sequences = Counter(), Counter(), Counter(), []
     for op in ops:
         if op[0] == "add":
             _, rid, prompt, params = op
             try:
                 engine.add_request(rid, prompt, params)
-                accepted.add(rid)
+                accepted[rid] += 1
+                sequences.append(engine.requests[rid])
             except (InvalidRequestError, QueueFullError) as err:
                 assert str(err)  # a message that says what was wrong
         elif op[0] == "abort":
             if engine.abort(op[1]):
-                aborted.add(op[1])
+                aborted[op[1]] += 1
         else:
             _collect(engine, engine.step(), finished)
     for _ in range(2000):
         if not engine.has_unfinished():
             break
         _collect(engine, engine.step(), finished)
-    assert accepted <= set(finished) | aborted
+    assert accepted == finished + aborted  # every admitted request ended exactly once
     assert_clean(engine)
-    assert all(s is None for s in [getattr(r, "pool_state", None) for r in engine.requests.values()])
+    assert all(s.pool_state is None and not s.block_table for s in sequences)  # no pooling state or KV kept
     engine.add_request("normal", "Hello there", SamplingParams(max_tokens=2))
     normal = {}
     while engine.has_unfinished():
-        _collect(engine, engine.step(), normal)
+        _collect(engine, engine.step(), Counter(), normal)
     assert normal["normal"].usage.completion_tokens == 2
     assert_clean(engine)
 

@@ -27,7 +27,8 @@ def _record_steps(engine, monkeypatch) -> list:
     def schedule():
         before = [s for s in engine.requests.values() if s.status == Status.RUNNING and s.on_backbone]
         out = real()
-        steps.append((before, out))
+        still_running = set(engine.scheduler.running)  # read now: by the test's end every sequence has finished
+        steps.append(([s for s in before if s.request_id in still_running], out))
         return out
 
     monkeypatch.setattr(engine.scheduler, "schedule", schedule)
@@ -53,11 +54,10 @@ def test_preemption_takes_the_newest_and_never_readmits_in_the_same_step(make_en
     results = run_all(engine)
     assert all(not isinstance(r, Exception) for r in results.values())
     preemptions = 0
-    for before, out in steps:
+    for survivors, out in steps:  # survivors: running before the step and still running after it
         placed = {c.seq.request_id for c in out.chunks}
         for victim in out.preempted:
             preemptions += 1
             assert victim.request_id not in placed
-            survivors = [s for s in before if s.status == Status.RUNNING]
             assert all(s.arrival_seq < victim.arrival_seq for s in survivors)
     assert preemptions > 0

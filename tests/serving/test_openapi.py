@@ -18,6 +18,7 @@ from orthrus_rag.serving.errors import ErrorBody, RagInputError
 
 EXAMPLES = 100  # per operation and generation mode (schema-valid, schema-breaking): the README quotes this figure
 MAX_TOKENS = 4  # the fuzzed bodies generate at most this many tokens: the run stays short on two cores
+MIN_TIMEOUT_S = 60.0  # the fuzzed bodies' own deadlines are at least this long
 OPERATIONS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/rag", "/v1/models", "/health")
 
 
@@ -35,13 +36,19 @@ def engine_rag(engine):
 
 
 def capped(raw: dict) -> dict:
-    """The published schema with `max_tokens` capped for generation, so that fuzzing stays fast; nothing else."""
+    """The published schema with `max_tokens` capped for generation, so that fuzzing stays fast, and `timeout` at
+    least MIN_TIMEOUT_S, so that a schema-valid request is never answered 504 by its own deadline (tested on its
+    own in test_reliability.py); nothing else."""
     raw = copy.deepcopy(raw)
     for model in raw["components"]["schemas"].values():
         for name in ("max_tokens", "max_completion_tokens"):
             for option in model.get("properties", {}).get(name, {}).get("anyOf", []):
                 if option.get("type") == "integer":
                     option["maximum"] = MAX_TOKENS
+        for option in model.get("properties", {}).get("timeout", {}).get("anyOf", []):
+            if option.get("type") == "number":
+                option.pop("exclusiveMinimum", None)
+                option["minimum"] = MIN_TIMEOUT_S
     return raw
 
 

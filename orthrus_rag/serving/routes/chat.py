@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from jinja2 import TemplateError
 
 from orthrus_rag.engine.output import StepOutput
@@ -15,13 +15,15 @@ from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
 from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                            ChatCompletionResponse, ChatDelta)
 from orthrus_rag.serving.sse import sse_response
+from orthrus_rag.serving.limits import shorten_deadline
 from orthrus_rag.serving.state import ServerState, get_state
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=EVENT_STREAM)
-async def chat_completions(req: ChatCompletionRequest, state: ServerState = Depends(get_state)):
+async def chat_completions(req: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)):
+    shorten_deadline(request, req.timeout)
     call = new_call("chatcmpl", check_model(state, req.model))
     prompt = _rendered(state, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.serving.generation import Call, check_model, new_call, open_stream, sampling_params, usage_of
@@ -11,13 +11,15 @@ from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import CompletionRequest
 from orthrus_rag.serving.responses import CompletionChoice, CompletionResponse
 from orthrus_rag.serving.sse import sse_response
+from orthrus_rag.serving.limits import shorten_deadline
 from orthrus_rag.serving.state import ServerState, get_state
 
 router = APIRouter()
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=EVENT_STREAM)
-async def completions(req: CompletionRequest, state: ServerState = Depends(get_state)):
+async def completions(req: CompletionRequest, request: Request, state: ServerState = Depends(get_state)):
+    shorten_deadline(request, req.timeout)
     call = new_call("cmpl", check_model(state, req.model))
     prompt = _single_prompt(req.prompt)
     params = sampling_params(req, req.max_tokens, state.settings.default_max_tokens)

@@ -5,19 +5,22 @@ import asyncio
 import base64
 
 import numpy as np
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from orthrus_rag.engine import EmbedOutput, PoolingParams
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.requests import EmbeddingRequest
 from orthrus_rag.serving.responses import EmbeddingData, EmbeddingResponse, Usage
+from orthrus_rag.serving.limits import shorten_deadline
 from orthrus_rag.serving.state import ServerState, get_state
 
 router = APIRouter()
 
 
 @router.post("/v1/embeddings")
-async def embeddings(req: EmbeddingRequest, state: ServerState = Depends(get_state)) -> EmbeddingResponse:
+async def embeddings(req: EmbeddingRequest, request: Request,
+                     state: ServerState = Depends(get_state)) -> EmbeddingResponse:
+    shorten_deadline(request, req.timeout)
     model, params = pooling_for(state, req.model)
     params.truncate = req.truncate_prompt_tokens
     inputs = split_inputs(req.input)

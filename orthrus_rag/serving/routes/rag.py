@@ -3,19 +3,21 @@ from __future__ import annotations
 
 import dataclasses
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError, RagInputError, bad_request
 from orthrus_rag.serving.requests import RagRequest
 from orthrus_rag.serving.responses import RagResponse
+from orthrus_rag.serving.limits import shorten_deadline
 from orthrus_rag.serving.state import ServerState, get_state
 
 router = APIRouter()
 
 
 @router.post("/v1/rag")
-async def rag(req: RagRequest, state: ServerState = Depends(get_state)) -> RagResponse:
+async def rag(req: RagRequest, request: Request, state: ServerState = Depends(get_state)) -> RagResponse:
+    shorten_deadline(request, req.timeout)
     if state.rag is None:
         raise APIError(501, "RAG is not enabled on this server (start it with server.rag.enabled=true)",
                        "invalid_request_error", code="rag_disabled")
