@@ -5,7 +5,7 @@
     python -m eval.leaderboard --from-results leaderboard/results       # rebuild from the committed results
     python -m eval.leaderboard workers=4                                # each row over 4 Ray actors
 
-A run writes each row's results.json (see DESIGN.md) to `leaderboard/results/<row>.json` and then rebuilds the
+A run writes each row's results.json (see docs/experiments.md) to `leaderboard/results/<row>.json` and then rebuilds the
 table from that folder, so `--from-results leaderboard/results` gives the same file byte for byte. The header
 comes from the results themselves (models, dtype, index, corpus, questions, machine, versions, commit, date and
 whether the rows ran one at a time); rows are sorted by Acc, then F1.
