@@ -8,13 +8,13 @@ attends each sequence to its own keys only, where the cache holds them:
 
 - `vllm_cpu` (CPU, the default where vLLM's CPU kernels load, see vllm_cpu.py): one fused call per layer reads every
   sequence's keys through its block table, decodes and chunks alike. The cache keeps the model's dtype.
-- `sdpa_in_place` (CPU without those kernels, and CUDA without flash-attn) (CPU, and CUDA without flash-attn): a sequence's block table is cut into runs of consecutive
-  blocks; each run is a view of the cache (no copy). The query heads that share a KV head are folded into the query
-  axis, so a decode is one (group x 1) query per KV head. One run: one `scaled_dot_product_attention` call. Several
-  runs (a shared prefix, a fragmented pool): one fused call per run, each returning its log-sum-exp, merged exactly
-  (softmax over the union of the runs). No query meets another sequence's keys or padding. On CPU the cache and the
-  attention math are float32 (torch's bfloat16 CPU kernel is several times slower for small queries); weights and
-  activations elsewhere keep the model's dtype.
+- `sdpa_in_place` (CPU without those kernels, and CUDA without flash-attn): a sequence's block table is cut into
+  runs of consecutive blocks; each run is a view of the cache (no copy). The query heads that share a KV head are
+  folded into the query axis, so a decode is one (group x 1) query per KV head. One run: one
+  `scaled_dot_product_attention` call. Several runs (a shared prefix, a fragmented pool): one fused call per run,
+  each returning its log-sum-exp, merged exactly (softmax over the union of the runs). No query meets another
+  sequence's keys or padding. On CPU the cache and the attention math are float32 here (torch's bfloat16 CPU kernel
+  is several times slower for small queries); weights and activations elsewhere keep the model's dtype.
 - `flash_attn_paged` (CUDA with `flash_attn` importable and `block_size` a multiple of 256, flash-attn 2's page
   size): the packed queries and the cache's pages go to `flash_attn_varlen_func` with each sequence's block table.
 """
@@ -29,12 +29,12 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 from orthrus_rag.engine import vllm_cpu
+from orthrus_rag.engine.config import ATTENTION_BACKENDS
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.kv_cache import PagedKVCache
 
 ATTN_IMPLEMENTATION = "orthrus_paged"
-SDPA_IN_PLACE, FLASH_PAGED, VLLM_CPU = "sdpa_in_place", "flash_attn_paged", "vllm_cpu"
-BACKENDS = (SDPA_IN_PLACE, FLASH_PAGED, VLLM_CPU)
+SDPA_IN_PLACE, FLASH_PAGED, VLLM_CPU = ATTENTION_BACKENDS
 FLASH_PAGE = 256  # flash-attn 2 reads a paged cache only in pages of a multiple of 256 tokens
 
 
@@ -42,8 +42,8 @@ def choose_backend(requested: str, device: torch.device, block_size: int, head_d
     """`auto`: vLLM's CPU kernels on CPU where they load and fit the model, flash-attn's paged kernel on CUDA where
     it is installed and the blocks are its pages, else SDPA in place. A named backend that cannot run here is an
     InvalidRequestError saying why."""
-    if requested not in ("auto", *BACKENDS):
-        raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(BACKENDS)}, "
+    if requested not in ("auto", *ATTENTION_BACKENDS):
+        raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(ATTENTION_BACKENDS)}, "
                                   f"got {requested!r}", "attention_backend")
     reasons = {SDPA_IN_PLACE: None,
                VLLM_CPU: "it runs on CPU only" if device.type != "cpu" else vllm_cpu.unsupported(head_dim, block_size,

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.policy import POLICIES
 
+ATTENTION_BACKENDS = ("sdpa_in_place", "flash_attn_paged", "vllm_cpu")  # see engine/attention.py
+
 
 @dataclass
 class EngineConfig:
@@ -42,9 +44,9 @@ class EngineConfig:
         if self.policy not in POLICIES:
             raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {self.policy!r}",
                                       "policy")
-        if self.attention_backend not in ("auto", "vllm_cpu", "sdpa_in_place", "flash_attn_paged"):
-            raise InvalidRequestError("runtime.attention_backend must be auto, vllm_cpu, sdpa_in_place or "
-                                      f"flash_attn_paged, got {self.attention_backend!r}", "attention_backend")
+        if self.attention_backend not in ("auto", *ATTENTION_BACKENDS):
+            raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(ATTENTION_BACKENDS)}, "
+                                      f"got {self.attention_backend!r}", "attention_backend")
         if self.load_format not in ("auto", "dummy"):
             raise InvalidRequestError(f"runtime.load_format must be auto or dummy, got {self.load_format!r}",
                                       "load_format")

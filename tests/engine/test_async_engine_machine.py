@@ -15,9 +15,9 @@ from tests.engine.conftest import tiny_config
 
 WAIT_S = 60  # the longest any caller may wait at the end of an example
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog " * 3, "1, 2, 3,", "x"]
-NAMES = [None, "a", "b"]
+NAMES = [None, "a", "b"]  # caller ids: None is a fresh one; "a" and "b" are reused, in flight or not
 TOKENS = st.sampled_from([1, 12, 400, 400])  # 400: still running when later rules cancel or abort it
-ORPHAN_S = 0.25  # a request whose caller is gone leaves the engine within this (far less than 400 decode steps)  # caller ids: None is a fresh one; "a" and "b" are reused, in flight or not
+ORPHAN_S = 0.25  # a request whose caller is gone leaves the engine within this (far less than 400 decode steps)
 
 
 class EngineMachine(RuleBasedStateMachine):
