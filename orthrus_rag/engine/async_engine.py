@@ -28,6 +28,7 @@ from orthrus_rag.engine.engine import LLMEngine, PreparedRequest, Prompt
 from orthrus_rag.engine.errors import EngineDeadError, EngineError, InvalidRequestError, RequestAbortedError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
+from orthrus_rag.engine.step_log import StepRecord
 
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,11 @@ class AsyncEngine:
     def stats(self) -> dict:
         """Counters as of the last step (a copy, safe to read from any thread)."""
         return dict(self._stats)
+
+    def steps(self, since: int = 0, limit: int | None = None) -> list[StepRecord]:
+        """The last steps with an id above `since` (the newest `limit`; runtime.step_log_size are kept), oldest
+        first; safe to call from any thread."""
+        return self.engine.step_log.since(since, limit)
 
     def embedding_dim(self, model: str | None = None) -> int:
         return self.engine.embedding_dim(model)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orthrus_rag.engine.errors import InvalidRequestError
-from orthrus_rag.engine.policy import POLICIES
 
 ATTENTION_BACKENDS = ("sdpa_in_place", "flash_attn_paged", "vllm_cpu")  # see engine/attention.py
 
@@ -33,17 +32,15 @@ class EngineConfig:
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
     shutdown_timeout_s: float = 30.0  # AsyncEngine.shutdown waits this long for requests in flight, then fails them
     stall_timeout_s: float = 300.0  # health() reports a busy engine whose last step ended longer ago than this
+    step_log_size: int = 512  # the last steps kept for GET /v1/engine/steps (engine/step_log.py); 0: none
     # Composition policy: how each step's budget is shared between embed and generate work.
-    policy: str = "adaptive"  # a name registered in engine/policy.py (POLICIES)
+    policy: str = "adaptive"  # a name registered in engine/policy.py (POLICIES; checked by make_policy)
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
     step_time_target_s: float | None = None  # for `adaptive`: a step that decodes should not take longer (None: off)
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
     embedder_token_cost: float | None = None  # co-located embedder's cost per token vs generator (None = measure)
 
     def validate(self) -> None:
-        if self.policy not in POLICIES:
-            raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {self.policy!r}",
-                                      "policy")
         if self.attention_backend not in ("auto", *ATTENTION_BACKENDS):
             raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(ATTENTION_BACKENDS)}, "
                                       f"got {self.attention_backend!r}", "attention_backend")
@@ -53,6 +50,9 @@ class EngineConfig:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
             if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
+        if int(self.step_log_size) < 0:
+            raise InvalidRequestError(f"runtime.step_log_size must be >= 0, got {self.step_log_size!r}",
+                                      "step_log_size")
         for name in ("shutdown_timeout_s", "stall_timeout_s"):
             if not float(getattr(self, name)) > 0:
                 raise InvalidRequestError(f"runtime.{name} must be > 0 seconds, got {getattr(self, name)!r}", name)

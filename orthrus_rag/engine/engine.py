@@ -27,6 +27,7 @@ from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Kind, Sequence
 from orthrus_rag.engine.stats import EngineStats
+from orthrus_rag.engine.step_log import StepLog, StepRecord
 
 Prompt = str | list[int]
 
@@ -43,18 +44,20 @@ class PreparedRequest:
 class LLMEngine:
     def __init__(self, config: EngineConfig):
         config.validate()
+        policy = make_policy(config)  # an unknown policy fails before the models load
         self.config = config
         self.runner = ModelRunner(config)
         self.tokenizer = self.runner.tokenizer
         self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device, config.load_format) \
             if config.embedder else None
         self.blocks = BlockManager(self.runner.num_kv_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.blocks, make_policy(config))
+        self.scheduler = Scheduler(config, self.blocks, policy)
         self.requests: dict[str, Sequence] = {}
         self.generators: dict[str, torch.Generator | None] = {}
         self.eos_ids = _eos_ids(self.runner.model, self.tokenizer)
         self.vocab_size = min(len(self.tokenizer), self.runner.model.get_input_embeddings().num_embeddings)
         self.stats = EngineStats()
+        self.step_log = StepLog(config.step_log_size)
         self._arrivals = itertools.count()
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -109,6 +112,7 @@ class LLMEngine:
         """Run one step. The co-located embedder runs first; with `early`, its results are handed to that
         callback at once (before the generator's forward pass) instead of being returned. A failure while
         producing one request's output fails that request only."""
+        started = time.perf_counter()
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
@@ -122,8 +126,20 @@ class LLMEngine:
         except Exception as err:  # a failing forward fails the rows of this step only
             return outputs + [self._fail(c.seq, err) for c in sched.chunks]
         self.scheduler.advance(sched, gen_s, emb_s)
-        self.stats.record_step(sched, gen_s, emb_s)
-        return outputs + [o for c in sched.chunks if (o := self._contained(c.seq, self._chunk_output, c, model_out))]
+        counts = self.stats.record_step(sched, gen_s, emb_s)
+        outputs += [o for c in sched.chunks if (o := self._contained(c.seq, self._chunk_output, c, model_out))]
+        if self.step_log.size:
+            self.step_log.append(self._step_record(sched, counts, time.perf_counter() - started, gen_s, emb_s))
+        return outputs
+
+    def _step_record(self, sched: SchedulerOutput, counts: dict[str, int], step_s: float, gen_s: float,
+                     emb_s: float) -> StepRecord:
+        """What this step held and left behind, for the step log (a few counts the step already has)."""
+        blocks = self.blocks
+        return StepRecord(self.step_log.next_id(), time.time(), step_s, gen_s, emb_s, counts,
+                          sum(seq.num_tokens for seq in sched.embedder_seqs), len(self.scheduler.running),
+                          {kind: len(q) for kind, q in self.scheduler.waiting.items()},
+                          blocks.num_blocks - blocks.num_free, blocks.num_blocks)
 
     def _contained(self, seq: Sequence, fn: Callable[..., StepOutput | None], *args) -> StepOutput | None:
         """`fn(*args)`, or the request's failure when it raises."""

@@ -15,7 +15,8 @@ class EngineStats:
     preemptions: int = 0
     mixed_steps: int = 0  # steps holding both generation and embedding work
 
-    def record_step(self, sched: SchedulerOutput, gen_s: float, emb_s: float) -> None:
+    def record_step(self, sched: SchedulerOutput, gen_s: float, emb_s: float) -> dict[str, int]:
+        """Count one step; returns its tokens by kind."""
         self.steps += 1
         counts = sched.tokens_by_kind()
         for kind, n in counts.items():
@@ -24,6 +25,7 @@ class EngineStats:
         self.embedder_s += emb_s
         self.preemptions += len(sched.preempted)
         self.mixed_steps += bool(counts["embed"]) and bool(counts["decode"] + counts["prefill"])
+        return counts
 
     def snapshot(self, engine) -> dict:
         blocks = engine.blocks

@@ -1,0 +1,57 @@
+"""The last N engine steps, one small record each: what the step held and what was left waiting.
+
+The engine appends one `StepRecord` per step from its loop thread; readers on other threads take the records after
+an id (`since`). The buffer is bounded (`runtime.step_log_size`), so it can stay on: a record is a few integers
+taken from counts the step already has (docs/web.md gives the measured cost).
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class StepRecord:
+    """One step. `tokens` counts the step's work by kind (decode, prefill, embed; embed includes the co-located
+    embedder's `embedder_tokens`); `running`, `waiting` and `kv_blocks_used` are as the step left them."""
+
+    id: int
+    time: float  # wall clock (seconds since the epoch) when the step ended
+    step_s: float
+    generator_s: float
+    embedder_s: float
+    tokens: dict[str, int]
+    embedder_tokens: int
+    running: int
+    waiting: dict[str, int]
+    kv_blocks_used: int
+    kv_blocks_total: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class StepLog:
+    """A ring buffer of the last `size` StepRecords (size 0: nothing is kept)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._records: deque[StepRecord] = deque(maxlen=size)
+        self._lock = threading.Lock()
+        self._next_id = 1
+
+    def next_id(self) -> int:
+        """The id the next record will get."""
+        return self._next_id
+
+    def append(self, record: StepRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+            self._next_id = record.id + 1
+
+    def since(self, after: int = 0, limit: int | None = None) -> list[StepRecord]:
+        """Records with an id above `after`, oldest first; with `limit`, the newest `limit` of them."""
+        with self._lock:
+            records = [r for r in self._records if r.id > after]
+        return records[-limit:] if limit else records
