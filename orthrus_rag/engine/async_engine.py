@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.engine import LLMEngine, PreparedRequest, Prompt
 from orthrus_rag.engine.errors import EngineDeadError, EngineError, InvalidRequestError, RequestAbortedError
+from orthrus_rag.engine.observe import current_observer
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.step_log import StepRecord
@@ -137,7 +138,7 @@ class AsyncEngine:
 
     async def _submit(self, prompt, params, request_id) -> AsyncIterator[StepOutput]:
         key, rid = self._register(request_id, await self._prepare(prompt, params))
-        waiter = self._waiters[key]
+        waiter, observer = self._waiters[key], current_observer()
         finished = False
         try:
             while not finished:
@@ -148,6 +149,8 @@ class AsyncEngine:
                 if out.result is not None:
                     out.result.request_id = rid
                 out.request_id = rid
+                if observer is not None:
+                    observer(out)
                 yield out
         finally:
             with self._lock:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from orthrus_rag.engine import SamplingParams
+from orthrus_rag.rag import live
 from orthrus_rag.rag.reasoner import Prompt, Reasoner, as_messages
 from orthrus_rag.rag.retriever import Retriever
 from orthrus_rag.rag.types import Answer, Passage, TraceEvent
@@ -56,17 +57,21 @@ class Pipeline(ABC):
         if self.retriever is None:
             raise RuntimeError(f"{type(self).__name__} was built without a retriever but called retrieve()")
         start = time.perf_counter()
-        found = await self.retriever.retrieve_with_usage(query, k)
+        with live.watch("retrieve", query) as call:
+            found = await self.retriever.retrieve_with_usage(query, k)
+            call.retrieved(found.passages, found.query_tokens)
         titles = " | ".join(p.title or p.id for p in found.passages)
         _record(TraceEvent("retrieve", query, titles, start, time.perf_counter(), found.query_tokens))
         return found.passages
 
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         """The reasoner's text for `prompt`, recorded in the trace."""
-        start = time.perf_counter()
-        out = await self.reasoner.reason_with_usage(prompt, params)
-        event = TraceEvent("reason", _summarize(prompt), out.text, start, time.perf_counter(),
-                           out.prompt_tokens, out.completion_tokens)
+        start, summary = time.perf_counter(), _summarize(prompt)
+        with live.watch("reason", summary) as call:
+            out = await self.reasoner.reason_with_usage(prompt, params)
+            call.reasoned(out)
+        event = TraceEvent("reason", summary, out.text, start, time.perf_counter(), out.prompt_tokens,
+                           out.completion_tokens)
         _record(event)
         return out.text
 
