@@ -15,9 +15,12 @@ from orthrus_rag.serving.errors import install_error_handlers
 from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
 from orthrus_rag.serving.limits import LimitsMiddleware
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
-from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, install_openapi
-from orthrus_rag.serving.routes import chat, completions, embeddings, system
+from orthrus_rag.serving.examples import Examples
+from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, UNAUTHORIZED, UNAVAILABLE, install_openapi
+from orthrus_rag.serving.routes import chat, completions, embeddings, rag_info, system
+from orthrus_rag.serving.routes import engine as engine_route
 from orthrus_rag.serving.routes import rag as rag_route
+from orthrus_rag.serving.routes.web import install_web
 from orthrus_rag.serving.settings import ServerSettings, served_name
 from orthrus_rag.serving.state import RagFn, ServerState
 
@@ -34,7 +37,11 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     for module in (embeddings, completions, chat):
         app.include_router(module.router, dependencies=guarded, responses=API_ERRORS)
     app.include_router(rag_route.router, dependencies=guarded, responses=RAG_ERRORS)
+    for module in (rag_info, engine_route):
+        app.include_router(module.router, dependencies=guarded, responses={**UNAUTHORIZED, **UNAVAILABLE})
     app.include_router(system.router)
+    if settings.ui.enabled:
+        install_web(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
     app.add_middleware(LimitsMiddleware, timeout_s=settings.request_timeout_s,
@@ -49,7 +56,8 @@ def _state(engine: AsyncEngine, settings: ServerSettings, rag_fn: RagFn | None) 
     cfg = engine.config
     generator = settings.served_model_name or served_name(cfg.generator)
     embedder = (settings.served_embedder_name or served_name(cfg.embedder)) if cfg.embedder else None
-    return ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag_fn)
+    return ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag_fn,
+                       Examples.load(settings.ui))
 
 
 def _lifespan(state: ServerState, owns_engine: bool):

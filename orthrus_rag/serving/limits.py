@@ -4,7 +4,8 @@ The deadline is `server.request_timeout_s`, shortened by a request's own `timeou
 `shorten_deadline`). Past it the route is cancelled, which aborts its engine request and frees its KV blocks, and the
 caller gets 504 with the OpenAI error body (a stream already started is cut off). Beyond
 `server.max_concurrent_per_key` requests in flight with one API key (or from one client address when the server has
-no key), a request gets 429.
+no key), a request gets 429. `/v1/engine/steps` (a cheap read of the step log, polled by the web page while its
+questions run) is bounded by neither.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orthrus_rag.serving.errors import APIError
 
 SCOPE_KEY = "orthrus_deadline"
+UNBOUNDED = ("/v1/engine/steps",)  # read-only and cheap: a page watching the engine is never refused or cut off
 
 
 @dataclass
@@ -51,7 +53,7 @@ class LimitsMiddleware:
         self.in_flight: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/") or scope["path"] in UNBOUNDED:
             return await self.app(scope, receive, send)
         key = _client_key(scope)
         if self.api_key is not None and not hmac.compare_digest(key.encode(), f"key:{self.api_key}".encode()):

@@ -34,6 +34,13 @@ API_ERRORS = {
 RAG_ERRORS = {**API_ERRORS, 501: error("RAG is not enabled on this server")}
 EVENT_STREAM = {200: {"description": "the response; with `stream: true`, server-sent events: one chunk per `data:` "
                                      "line (an error object if generation fails mid-stream), then `data: [DONE]`"}}
+RAG_STREAM = {200: {"description": "the answer; with `stream: true`, server-sent events, one JSON event per `data:` "
+                                   "line, told apart by `type`: `start`; per retrieval or reasoning call a "
+                                   "`call_start`, the reasoning text in `text` pieces as it is generated, and a "
+                                   "`retrieval` (query, passages with titles and scores) or `reasoning` (text, tokens) "
+                                   "with where its time went; last an `answer` (this response's fields, `latency_s`, "
+                                   "`timeline`, `score` when the request named an `example`) or an `error`; then "
+                                   "`data: [DONE]`. Times are seconds since the question started."}}
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -51,6 +58,9 @@ def install_openapi(app: FastAPI) -> None:
         for path, chunk in STREAMED.items():
             content = schema["paths"][path]["post"]["responses"]["200"]["content"]
             content["text/event-stream"] = {"schema": _event(chunk, components)}
+        if "/v1/rag" in schema.get("paths", {}):
+            content = schema["paths"]["/v1/rag"]["post"]["responses"]["200"]["content"]
+            content["text/event-stream"] = {"schema": _rag_event(components)}
         return schema
 
     app.openapi = openapi
@@ -64,5 +74,17 @@ def _event(chunk: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]
     json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json",
                  "contentSchema": {"anyOf": [{"$ref": REF.format(model=chunk.__name__)},
                                              {"$ref": REF.format(model=ErrorBody.__name__)}]}}
+    return {"type": "object", "required": ["data"],
+            "properties": {"data": {"oneOf": [{"const": "[DONE]"}, json_data]}}}
+
+
+def _rag_event(components: dict[str, Any]) -> dict[str, Any]:
+    """One server-sent event of a streamed `/v1/rag`: `[DONE]` or the JSON of one of its events."""
+    from orthrus_rag.serving.rag_events import event_schema
+
+    one, definitions = event_schema(REF)
+    for name, definition in definitions.items():
+        components.setdefault(name, definition)
+    json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json", "contentSchema": one}
     return {"type": "object", "required": ["data"],
             "properties": {"data": {"oneOf": [{"const": "[DONE]"}, json_data]}}}

@@ -47,4 +47,5 @@ def _answerer(pipelines: dict[str, Pipeline], default: str) -> RagFn:
             raise RagInputError(f"unknown pipeline {name!r}; this server runs {sorted(pipelines)}", "pipeline")
         return await pipelines[name].answer(question)
 
+    answer.pipelines = pipelines  # the /v1/rag route copies one with a request's own settings (k, max_steps)
     return answer

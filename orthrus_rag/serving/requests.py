@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 MAX_INPUTS = 2048  # embedding inputs per request, as in the OpenAI API
+MAX_K = 50  # passages per retrieval a request may ask for
+MAX_STEPS = 16  # reasoning steps a request may ask for
 SEED_END = 2**64  # seeds are unsigned 64-bit integers; an exclusive bound, exact even as a JSON double
 
 
@@ -107,3 +109,15 @@ class ChatCompletionRequest(SamplingRequest):
 class RagRequest(OpenAIRequest):
     question: Text = Field(description="a non-blank question")
     pipeline: Text | None = Field(None, description="one of the server's pipelines; null: its default")
+    stream: bool = Field(False, description="true: server-sent events of the trace as it happens (see the "
+                                            "text/event-stream response)")
+    k: int | None = Field(None, ge=1, le=MAX_K, description="passages per retrieval, for this request only (where "
+                                                             "the pipeline has this setting); null: the pipeline's")
+    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="reasoning steps at most, for this request "
+                                                                        "only (where the pipeline has this setting)")
+    example: Text | None = Field(None, description="with stream: an example id from GET /v1/rag/examples; the "
+                                                   "answer event then scores the answer against its gold")
+
+    def overrides(self) -> dict[str, int]:
+        """The pipeline settings this request changes."""
+        return {name: value for name, value in (("k", self.k), ("max_steps", self.max_steps)) if value is not None}

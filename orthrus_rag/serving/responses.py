@@ -1,9 +1,13 @@
 """Response bodies, in the OpenAI API's shapes."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from orthrus_rag.engine.step_log import StepRecord
+from orthrus_rag.rag.types import Answer
 
 
 class Usage(BaseModel):
@@ -106,3 +110,41 @@ class RagResponse(BaseModel):
     answer: str
     passages: list[dict[str, Any]] = Field(default_factory=list)
     trace: list[dict[str, Any]] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, answer: Answer) -> RagResponse:
+        """A pipeline's Answer as the response body: its prediction, passages and trace (with each call's
+        duration)."""
+        trace = [{**dataclasses.asdict(e), "duration_s": e.duration_s} for e in answer.trace]
+        return cls(answer=answer.prediction, passages=[dataclasses.asdict(p) for p in answer.passages], trace=trace)
+
+
+class PipelineCard(BaseModel):
+    name: str
+    settings: dict[str, Any]  # the pipeline's own settings (k, max_steps, ... where it has them)
+
+
+class PipelineList(BaseModel):
+    default: str  # the pipeline of a request that names none
+    pipelines: list[PipelineCard]
+
+
+class ExampleCard(BaseModel):
+    id: str  # `<source>:<question id>`: what a streamed /v1/rag request names as its `example`
+    question: str
+    type: str
+
+
+class ExampleList(BaseModel):
+    sources: list[str]  # `demo`, and `dataset` when the server was started with server.ui.dataset
+    source: str
+    data: list[ExampleCard]
+
+
+class ReplicaSteps(BaseModel):
+    replica: str
+    steps: list[StepRecord]  # oldest first
+
+
+class EngineSteps(BaseModel):
+    replicas: list[ReplicaSteps]  # one engine, or each Ray Serve replica

@@ -36,6 +36,17 @@ class RagSettings(BaseModel):
     pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> the pipeline's own settings
 
 
+class UiSettings(BaseModel):
+    """The web page at `/` (orthrus_rag/serving/web) and the example questions it offers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True  # false: no page at / (the API is unchanged)
+    dataset: str | None = None  # a question file (.jsonl or .json) offered beside the demo questions; None: none
+    dataset_split: Literal["dev", "test", "all"] = "dev"
+    dataset_limit: int | None = Field(200, ge=1)  # the first N questions of the split; None: all
+
+
 class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,6 +63,7 @@ class ServerSettings(BaseModel):
     max_concurrent_per_key: int | None = Field(None, ge=1)  # /v1 requests in flight per API key (429 beyond)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rag: RagSettings = Field(default_factory=RagSettings)
+    ui: UiSettings = Field(default_factory=UiSettings)
     replicas: int = Field(1, ge=1)  # engine replicas; >1 serves on Ray Serve (orthrus_rag/serving/ray_serve.py)
     ray_address: str | None = None  # the Ray cluster to join; None: a local one (replicas>1 only)
     num_cpus: float = Field(1.0, ge=0)  # CPUs Ray reserves for each replica

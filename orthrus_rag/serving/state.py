@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.rag.types import Answer
+from orthrus_rag.serving.examples import Examples
 from orthrus_rag.serving.lifecycle import Lifecycle
 from orthrus_rag.serving.metrics import ServerMetrics
 from orthrus_rag.serving.settings import ServerSettings
@@ -24,6 +25,7 @@ class ServerState:
     generator_name: str
     embedder_name: str | None  # None when the engine embeds with the generator's own layers only
     rag: RagFn | None = None
+    examples: Examples = field(default_factory=Examples)  # example questions with gold (the web page's picker)
 
 
 def get_state(request: Request) -> ServerState:

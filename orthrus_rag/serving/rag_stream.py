@@ -1,0 +1,69 @@
+"""The streamed form of `/v1/rag`: the pipeline answers in its own task while its live trace is sent as events
+(orthrus_rag/serving/rag_events.py). When the client goes away the stream is closed, which cancels the task and so
+aborts its engine requests; past the request's deadline the stream ends with a `request_timeout` error event."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from eval.datasets import Question
+from orthrus_rag.rag import Answer
+from orthrus_rag.rag.live import listening
+from orthrus_rag.serving.errors import APIError, RagInputError, as_api_error, bad_request
+from orthrus_rag.serving.examples import score
+from orthrus_rag.serving.rag_events import AnswerEvent, ErrorEvent, StartEvent, Timeline, live_event
+from orthrus_rag.serving.responses import RagResponse
+
+DEADLINE_MARGIN_S = 0.5  # the stream ends this long before the server's deadline cuts the connection
+
+
+async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pipeline: str,
+                     example: Question | None, remaining_s: float | None) -> AsyncIterator[dict]:
+    """The events of one question answered by `answer()`, each a JSON-ready dict."""
+    events: asyncio.Queue = asyncio.Queue()
+    started = time.perf_counter()
+
+    async def run() -> Answer:
+        with listening(events.put_nowait):
+            return await answer()
+
+    task = asyncio.ensure_future(run())
+    task.add_done_callback(lambda _: events.put_nowait(None))
+    yield StartEvent(question=question, pipeline=pipeline).model_dump()
+    try:
+        async with asyncio.timeout(_stream_timeout(remaining_s)):
+            timeline = Timeline()
+            while (event := await events.get()) is not None:
+                timeline.add(event)
+                yield live_event(event)
+            result = task.result()
+        yield _answer_event(result, timeline.close(time.perf_counter() - started), example).model_dump()
+    except TimeoutError:
+        yield _error(APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: server.request_timeout_s "
+                                   "or the request's timeout) and was stopped", "timeout_error",
+                              code="request_timeout"))
+    except RagInputError as err:
+        yield _error(bad_request(str(err), err.param))
+    except Exception as err:  # the pipeline failed: the stream has started, so the error is an event
+        yield _error(as_api_error(err))
+    finally:
+        if not task.done():  # the client went away or time ran out: stop the pipeline and its engine requests
+            task.cancel()
+            await asyncio.wait([task])
+
+
+def _stream_timeout(remaining_s: float | None) -> float | None:
+    if remaining_s is None:
+        return None
+    return max(0.0, remaining_s - min(DEADLINE_MARGIN_S, remaining_s / 10))
+
+
+def _answer_event(answer: Answer, timeline: Timeline, example: Question | None) -> AnswerEvent:
+    body = RagResponse.of(answer).model_dump()
+    scored = score(example, answer.prediction, answer.passages) if example is not None else None
+    return AnswerEvent(**body, latency_s=answer.latency_s, timeline=timeline, score=scored)
+
+
+def _error(err: APIError) -> dict:
+    return ErrorEvent(**err.body()).model_dump()

@@ -1,0 +1,23 @@
+"""The web page at `/` (server.ui.enabled): static files shipped in the package (orthrus_rag/serving/web), no build
+step. It uses the server's own API: /v1/rag (streamed), /v1/rag/pipelines, /v1/rag/examples, /v1/engine/steps."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+WEB = Path(__file__).resolve().parents[1] / "web"
+
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+async def page() -> FileResponse:
+    return FileResponse(WEB / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def install_web(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount("/web", StaticFiles(directory=WEB), name="web")
