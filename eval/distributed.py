@@ -1,7 +1,7 @@
 """`orthrus-rag workers=N`: one experiment's questions spread over N Ray actors, merged back in question order.
 
-Each actor builds its own engine, index and pipeline through `orthrus_rag.stack`, exactly as a local run does (the
-index is built once per machine and loaded by the others). Every actor first gets ready; then all answer at once,
+Each actor builds its own engine and the stack the run's plan describes, exactly as a local run does (the index is
+built once per machine and loaded by the others). Every actor first gets ready; then all answer at once,
 question i going to actor i % N, each `concurrency` questions at a time. The merged run has the local run's shape:
 answers in question order, the wall time of the answering phase (ready to last answer), and the engines' counters
 summed. A shard's answers are handed to `on_answer` as soon as the shard is done (the run's predictions log), and a
@@ -13,40 +13,39 @@ from __future__ import annotations
 
 import time
 
-from omegaconf import DictConfig, OmegaConf
-
-from eval.experiment import OnAnswer, RunOutput, answer_with, pipeline_for
+from eval.answering import OnAnswer, RunOutput, answer_with
 from orthrus_rag.cluster import connect, index_lock, summed_stats
-from orthrus_rag.stack import IndexSource, UserError, engine_config, start_engine
+from orthrus_rag.settings import UserError
+from orthrus_rag.stack import StackPlan
 
 
 class ExperimentWorker:
-    """One engine and pipeline in a Ray actor (async: the engine's calls run on the actor's event loop)."""
+    """One engine and the stack built on it in a Ray actor (async: the engine's calls run on the actor's loop)."""
 
-    def __init__(self, config: dict):
-        self.cfg = OmegaConf.create(config)
-        self.engine = self.pipeline = None
+    def __init__(self, plan: StackPlan, concurrency: int | None):
+        self.plan, self.concurrency = plan, concurrency
+        self.engine = self.stack = None
 
-    async def prepare(self, source: IndexSource) -> None:
-        self.engine = start_engine(engine_config(self.cfg))
+    async def prepare(self) -> None:
+        self.engine = self.plan.start_engine()
         with index_lock():
-            self.pipeline = await pipeline_for(self.cfg, self.engine, source)
+            self.stack = await self.plan.build(self.engine)
 
     async def answer(self, questions: list) -> RunOutput:
-        return await answer_with(self.cfg, self.engine, self.pipeline, questions)
+        return await answer_with(self.stack, questions, self.concurrency)
 
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.shutdown()
 
 
-def answer_distributed(cfg: DictConfig, source: IndexSource, questions: list, workers: int,
+def answer_distributed(plan: StackPlan, questions: list, workers: int, concurrency: int | None,
                        on_answer: OnAnswer | None = None) -> RunOutput:
     ray = connect(None)
-    actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, cfg, workers))(ExperimentWorker)
-    actors = [actor.remote(OmegaConf.to_container(cfg, resolve=True)) for _ in range(workers)]
+    actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, plan, workers))(ExperimentWorker)
+    actors = [actor.remote(plan, concurrency) for _ in range(workers)]
     try:
-        _get(ray, [a.prepare.remote(source) for a in actors])
+        _get(ray, [a.prepare.remote() for a in actors])
         start = time.perf_counter()
         shards, alive = _answer_shards(ray, actors, questions, on_answer)
         wall_s = time.perf_counter() - start
@@ -100,6 +99,5 @@ def merged(questions: list, shards: list[RunOutput], wall_s: float) -> RunOutput
     return RunOutput(questions, answers, wall_s, summed_stats([s.engine_stats for s in shards]))
 
 
-def _gpus_per_worker(ray, cfg: DictConfig, workers: int) -> int:
-    device = cfg.runtime.get("device", "auto")
-    return int(device != "cpu" and ray.cluster_resources().get("GPU", 0) >= workers)
+def _gpus_per_worker(ray, plan: StackPlan, workers: int) -> int:
+    return int(plan.engine.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= workers)

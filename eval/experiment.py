@@ -15,25 +15,22 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from eval.answering import OnAnswer, RunOutput, answer_with
 from eval.predictions import PredictionLog
 from orthrus_rag.cli.common import UserError, launch
 from orthrus_rag.files import write_atomic
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import EngineLike
-from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, embedding_dtype, engine_config, index_source,
-                               load_index, make_pipeline, pooling_params, rag_pipeline, start_engine, typed)
-
-if TYPE_CHECKING:
-    from orthrus_rag.rag import Pipeline
+from orthrus_rag.settings import typed
+from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag"
 TRACE_CHARS = 160
@@ -63,17 +60,6 @@ def _absolute(path: str) -> Path:
     return Path(to_absolute_path(path)).resolve()
 
 
-@dataclass
-class RunOutput:
-    questions: list  # list[eval.datasets.Question]
-    answers: list  # list[Answer], in question order
-    wall_s: float
-    engine_stats: dict[str, Any]
-
-
-OnAnswer = Callable[[int, Any], None]  # (index in the questions answered, its Answer), as each completes
-
-
 # ---- inputs -------------------------------------------------------------------------------------------------
 def read_questions(spec: DatasetSpec) -> list:
     from eval.datasets import DatasetError, load_questions
@@ -90,39 +76,23 @@ def read_questions(spec: DatasetSpec) -> list:
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
-async def answer_all(cfg: DictConfig, engine: EngineLike, source: IndexSource, questions: list,
-                     on_answer: OnAnswer | None = None) -> RunOutput:
-    return await answer_with(cfg, engine, await pipeline_for(cfg, engine, source), questions, on_answer)
-
-
-async def pipeline_for(cfg: DictConfig, engine: EngineLike, source: IndexSource) -> Pipeline:
-    """The configured pipeline over `engine`, with the index loaded (or built and cached) through it."""
-    pooling = pooling_params(cfg)
-    return rag_pipeline(cfg.pipeline, engine, await load_index(engine, source, pooling), pooling)
-
-
-async def answer_with(cfg: DictConfig, engine: EngineLike, pipeline: Pipeline, questions: list,
-                      on_answer: OnAnswer | None = None) -> RunOutput:
-    """Every question through `pipeline`, `concurrency` at a time; the wall time of the answering alone."""
-    start = time.perf_counter()
-    answers = await pipeline.run([q.question for q in questions], concurrency=cfg.concurrency, on_answer=on_answer)
-    return RunOutput(questions, answers, time.perf_counter() - start, engine.stats())
-
-
-def execute(cfg: DictConfig, spec: DatasetSpec, questions: list, on_answer: OnAnswer | None = None) -> RunOutput:
-    """Load everything the config names, then answer `questions` with one engine (or, with `workers` > 1, with one
-    engine on each of that many Ray actors)."""
-    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg),
-                          embedding_dtype(cfg))
+def execute(cfg: DictConfig, plan: StackPlan, questions: list, on_answer: OnAnswer | None = None) -> RunOutput:
+    """Answer `questions` with one engine and the stack `plan` builds on it (or, with `workers` > 1, with one on
+    each of that many Ray actors)."""
     if num_workers(cfg) > 1:
         from eval.distributed import answer_distributed
 
-        return answer_distributed(cfg, source, questions, num_workers(cfg), on_answer)
-    engine = start_engine(engine_config(cfg))
+        return answer_distributed(plan, questions, num_workers(cfg), cfg.concurrency, on_answer)
+    engine = plan.start_engine()
     try:
-        return asyncio.run(answer_all(cfg, engine, source, questions, on_answer))
+        return asyncio.run(_answer_all(plan, engine, questions, cfg.concurrency, on_answer))
     finally:
         engine.shutdown()
+
+
+async def _answer_all(plan: StackPlan, engine: EngineLike, questions: list, concurrency: int | None,
+                      on_answer: OnAnswer | None) -> RunOutput:
+    return await answer_with(await plan.build(engine), questions, concurrency, on_answer)
 
 
 def num_workers(cfg: DictConfig) -> int:
@@ -194,7 +164,7 @@ def format_table(results: dict[str, Any]) -> str:
 def run(cfg: DictConfig) -> dict[str, Any]:
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
-    make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
+    plan = StackPlan.from_config(cfg, spec.corpus)  # every setting checked before anything loads
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     log = PredictionLog(out_dir)
     done = log.answered() if _flag(cfg, "resume") else {}
@@ -209,7 +179,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         new_rows[todo[i].id] = row = scored_row(todo[i], answer)
         log.append(row)
 
-    output = execute(cfg, spec, todo, on_answer) if todo else None
+    output = execute(cfg, plan, todo, on_answer) if todo else None
     rows = kept + [new_rows[q.id] for q in todo]
     order = {q.id: i for i, q in enumerate(questions)}
     results = build_results(cfg, questions, sorted(rows, key=lambda r: order[r["id"]]), output, len(kept))

@@ -28,8 +28,8 @@ from eval.metrics import all_gold, passage_recall
 from eval.run_info import environment
 from orthrus_rag.cli.common import launch
 from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
-from orthrus_rag.stack import (IndexSpec, UserError, embedder_name, embedding_dtype, engine_config, index_source,
-                               load_index, plain, pooling_params, start_engine, typed)
+from orthrus_rag.settings import UserError
+from orthrus_rag.stack import IndexSource, StackPlan
 
 APP = "retrieval_recall"
 
@@ -53,34 +53,32 @@ def mean_of(values: Sequence[float | None]) -> float:
     return sum(present) / len(present) if present else 0.0
 
 
-def row_label(mode: str, embedder: str, index: IndexSpec) -> str:
+def row_label(mode: str, embedder: str, index: IndexSource) -> str:
     if mode == "dense":
         return f"dense ({embedder})"
     if mode == "bm25":
         return "bm25"
-    return f"bm25 + {embedder} (rrf_k={index.rrf_k:g}, candidates={index.candidates})"
+    return f"bm25 + {embedder} (rrf_k={index.retrieval.rrf_k:g}, candidates={index.retrieval.candidates})"
 
 
-async def score_mode(engine, indexes: SearchIndexes, pooling, questions: list, ks: list[int]) -> tuple[dict, float]:
+async def score_mode(retriever, questions: list, ks: list[int]) -> tuple[dict, float]:
     """Recall at each k and all-gold at the largest, retrieving max(ks) passages once per question."""
-    retriever = make_retriever(engine, indexes, pooling)
     found = await asyncio.gather(*(retriever.retrieve(q.question, max(ks)) for q in questions))
     recall = {f"@{k}": mean_of([passage_recall(q.gold_titles, p[:k]) for q, p in zip(questions, found)]) for k in ks}
     return recall, mean_of([all_gold(q.gold_titles, p) for q, p in zip(questions, found)])
 
 
-async def score_all(cfg: DictConfig, engine, source, questions: list, spec: IndexSpec) -> list[Row]:
-    pooling = pooling_params(cfg)
-    name = embedder_name(cfg) + (f", passages cut at {pooling.passage_max_tokens} tokens"
-                                 if pooling.passage_max_tokens else "")
-    loaded = await load_index(engine, source, pooling)
+async def score_all(cfg: DictConfig, plan: StackPlan, engine, questions: list) -> list[Row]:
+    cut = plan.embedding.passage_max_tokens
+    name = plan.index.embedder_name + (f", passages cut at {cut} tokens" if cut else "")
+    loaded = (await plan.build(engine)).indexes
     rows = []
     for mode in cfg.modes:
         start = time.perf_counter()
-        settings = RetrievalSettings(mode, spec.rrf_k, spec.candidates)
-        recall, gold = await score_mode(engine, SearchIndexes(loaded.dense, loaded.bm25, settings), pooling,
-                                        questions, list(cfg.ks))
-        rows.append(Row(row_label(mode, name, spec), mode, None if mode == "bm25" else name, recall, gold,
+        settings = RetrievalSettings(mode, plan.index.retrieval.rrf_k, plan.index.retrieval.candidates)
+        retriever = make_retriever(engine, SearchIndexes(loaded.dense, loaded.bm25, settings), plan.embedding)
+        recall, gold = await score_mode(retriever, questions, list(cfg.ks))
+        rows.append(Row(row_label(mode, name, plan.index), mode, None if mode == "bm25" else name, recall, gold,
                         len(questions), round(time.perf_counter() - start, 2)))
     return rows
 
@@ -108,21 +106,20 @@ def run_recall(cfg: DictConfig) -> dict[str, Any]:
     check_modes(list(cfg.modes), list(cfg.ks))
     data = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(data)
-    spec = typed(IndexSpec, {**plain(cfg.index), "retrieval": "hybrid" if len(set(cfg.modes)) > 1 else cfg.modes[0]},
-                 "index")
+    cfg.index.retrieval = "hybrid" if len(set(cfg.modes)) > 1 else cfg.modes[0]  # the indexes the modes need
     out = Path(to_absolute_path(cfg.out))
     corpus = data.corpus
     if cfg.get("distractors") is not None:
         corpus = sample_corpus(data.corpus, questions, int(cfg.distractors), out.with_suffix(".corpus.jsonl"))
-    source = index_source(spec, corpus, embedder_name(cfg), embedding_dtype(cfg))
-    engine = start_engine(engine_config(cfg)) if source.retrieval.uses_dense else None  # BM25 alone needs none
+    plan = StackPlan.from_config(cfg, corpus, pipelines={}, with_index=True)
+    engine = plan.start_engine() if plan.index.retrieval.uses_dense else None  # BM25 alone needs none
     try:
-        rows = asyncio.run(score_all(cfg, engine, source, questions, spec))
+        rows = asyncio.run(score_all(cfg, plan, engine, questions))
     finally:
         if engine is not None:
             engine.shutdown()
     facts = {"dataset": data.name, "split": data.split, "limit": data.limit, "n": len(questions),
-             "corpus": str(corpus), "num_passages": len(source.passages), "ks": list(cfg.ks)}
+             "corpus": str(corpus), "num_passages": len(plan.index.passages), "ks": list(cfg.ks)}
     return write_results(out, facts, rows)
 
 

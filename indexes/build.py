@@ -10,7 +10,8 @@ from tqdm.auto import tqdm
 
 from indexes.faiss_index import DenseIndex, IndexMismatchError
 from indexes.manifest import MANIFEST_FILE
-from orthrus_rag.engine import EngineLike, PoolingParams
+from orthrus_rag.engine import EngineLike
+from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.rag.types import Passage
 
 EmbedMany = Callable[[list[str]], Awaitable[np.ndarray]]
@@ -66,11 +67,10 @@ async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], e
     return index
 
 
-def engine_embedder(engine: EngineLike, pooling_params: PoolingParams) -> EmbedMany:
+def engine_embedder(engine: EngineLike, embedding: EmbeddingRecipe) -> EmbedMany:
     """An `embed_many` that sends one `engine.embed` request a text, all at once, and stacks the vectors; each
-    text gets the params' `passage_prefix` first and is cut at their `passage_max_tokens` (RetrievalEmbedding)."""
-    prefix = getattr(pooling_params, "passage_prefix", "")
-    params = pooling_params.for_passages() if hasattr(pooling_params, "for_passages") else pooling_params
+    text gets the recipe's `passage_prefix` first and is cut at its `passage_max_tokens`."""
+    prefix, params = embedding.passage_prefix, embedding.for_passages()
 
     async def embed_many(texts: list[str]) -> np.ndarray:
         outputs = await asyncio.gather(*(engine.embed(prefix + text, params) for text in texts))

@@ -23,7 +23,7 @@ class IndexManifest:
     corpus_fingerprint: str
     num_passages: int
     created: str = field(default_factory=_now)
-    # how the vectors were made beyond the embedder's name (RetrievalEmbedding.recipe(): pooling, normalize,
+    # how the vectors were made beyond the embedder's name (EmbeddingRecipe.recipe(): pooling, normalize,
     # query and passage prefixes, adapter); None for an index built without one
     embedding: dict[str, Any] | None = None
 

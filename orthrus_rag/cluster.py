@@ -9,8 +9,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from orthrus_rag.models.registry import cache_dir
-from orthrus_rag.stack import UserError
+from orthrus_rag.files import cache_dir
+from orthrus_rag.settings import UserError
 
 RAY_EXTRA = "pip install -e '.[ray]' (or ./install.sh)"
 

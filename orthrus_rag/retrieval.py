@@ -3,7 +3,7 @@ text, or both fused by reciprocal rank. The indexes a mode needs, and the Retrie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Union, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from orthrus_rag.rag.fusion import RRF_K
 from orthrus_rag.rag.hybrid_retriever import CANDIDATES
@@ -11,8 +11,9 @@ from orthrus_rag.rag.hybrid_retriever import CANDIDATES
 if TYPE_CHECKING:
     from indexes import DenseIndex
     from indexes.bm25_index import BM25Index
-    from orthrus_rag.engine import EngineLike, PoolingParams
+    from orthrus_rag.engine import EngineLike
     from orthrus_rag.rag import Retriever
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 RETRIEVAL_MODES: tuple[str, ...] = get_args(RetrievalMode)
@@ -53,19 +54,16 @@ class SearchIndexes:
     settings: RetrievalSettings = RetrievalSettings()
 
 
-def make_retriever(engine: EngineLike, indexes: Union[SearchIndexes, DenseIndex],
-                   pooling: PoolingParams) -> Retriever:
-    """The Retriever over `indexes` for its mode (a bare dense index: dense retrieval)."""
+def make_retriever(engine: EngineLike, indexes: SearchIndexes, embedding: EmbeddingRecipe) -> Retriever:
+    """The Retriever over `indexes` for its mode."""
     from orthrus_rag.rag import DenseRetriever
     from orthrus_rag.rag.bm25_retriever import BM25Retriever
     from orthrus_rag.rag.hybrid_retriever import HybridRetriever
 
-    if not isinstance(indexes, SearchIndexes):
-        return DenseRetriever(engine, indexes, pooling)
     settings = indexes.settings
     if settings.mode == "dense":
-        return DenseRetriever(engine, indexes.dense, pooling)
+        return DenseRetriever(engine, indexes.dense, embedding)
     if settings.mode == "bm25":
         return BM25Retriever(indexes.bm25)
-    sides = [DenseRetriever(engine, indexes.dense, pooling), BM25Retriever(indexes.bm25)]
+    sides = [DenseRetriever(engine, indexes.dense, embedding), BM25Retriever(indexes.bm25)]
     return HybridRetriever(sides, settings.rrf_k, settings.candidates)

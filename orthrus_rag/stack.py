@@ -1,105 +1,186 @@
-"""The RAG stack from the Hydra config, one builder per part, used by every entry point: the engine (`model`,
-`embedder`, `runtime` groups), the dense index (`index`), the retriever, reasoner and pipeline (`pipeline`).
-Each group is checked against the dataclass it maps onto: an unknown key or a value of the wrong type is a
-`UserError` naming the key, which the apps print as one line."""
+"""The RAG stack from the Hydra config, in two calls that every entry point makes:
+
+    plan = StackPlan.from_config(cfg, corpus)   # every setting checked, nothing loaded: a mistake fails at once
+    stack = await plan.build(plan.start_engine())   # the index loaded (or built and cached), the pipelines built
+
+The plan maps the `model`, `embedder` and `runtime` groups onto the EngineConfig, the `embedder` group onto the
+EmbeddingRecipe (how queries and passages are embedded), the `index` group onto the IndexSource (which corpus, which
+cached folder, how it retrieves), and each `pipeline` group onto its checked settings. It plans an index only when
+a pipeline retrieves (or the caller asks for one)."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
 import sys
-import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from orthrus_rag.engine import EngineConfig, PoolingParams
-from orthrus_rag.models.registry import cache_dir
+from orthrus_rag.engine import EngineConfig
+from orthrus_rag.files import cache_dir
+from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.retrieval import RetrievalMode, RetrievalSettings, SearchIndexes, make_retriever
+from orthrus_rag.settings import UserError, check_settings, plain, typed
 
 if TYPE_CHECKING:
-    from indexes import DenseIndex
     from orthrus_rag.engine import AsyncEngine, EngineLike
-    from orthrus_rag.rag import Passage, Pipeline, Reasoner, Retriever
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
-
-T = TypeVar("T")
+    from orthrus_rag.rag import Passage, Pipeline, Retriever
 
 
-class UserError(Exception):
-    """A mistake in the command line or config: reported as one message, without a traceback."""
+@dataclasses.dataclass
+class IndexSpec:
+    """The `index` group: FAISS factory string, cache folder (None: derived), embedding batch size, and the device
+    it searches on (auto = cuda when available: faiss's GPU index, else exact search with torch there); how it
+    retrieves (dense | bm25 | hybrid) and, for hybrid, the fusion settings (orthrus_rag/retrieval.py)."""
+
+    factory: str = "Flat"
+    folder: str | None = None
+    batch_size: int = 64
+    device: str = "auto"
+    retrieval: RetrievalMode = "hybrid"
+    rrf_k: float = RetrievalSettings.rrf_k
+    candidates: int = RetrievalSettings.candidates
 
 
-class SettingError(UserError, TypeError):
-    """A config value that is no setting of its group, or of the wrong type; the message names the key."""
+@dataclasses.dataclass
+class IndexSource:
+    """Where the indexes come from: the dense one's cache folder (or built from `passages` and saved there) and
+    the BM25 one's (`bm25_folder`), each when `retrieval` uses it."""
+
+    folder: Path
+    passages: list[Passage]
+    embedder_name: str
+    factory: str = "Flat"
+    batch_size: int = 64
+    device: str = "auto"
+    retrieval: RetrievalSettings = RetrievalSettings()
+    bm25_folder: Path | None = None
 
 
-# ---- typed settings -------------------------------------------------------------------------------------------
-def check_settings(cls: type, values: Mapping[str, Any], section: str, skip: tuple[str, ...] = ()) -> None:
-    """Every key of `values` is an init field of the dataclass `cls` (less `skip`) and fits its type."""
-    hints = get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in skip]
-    for key, value in values.items():
-        if key not in known:
-            raise SettingError(f"{section}: no setting {key!r} ({section}.{key}); its settings are {known}")
-        if not _fits(value, hints[key]):
-            raise SettingError(f"{section}.{key}: expected {_describe(hints[key])}, got {value!r}")
+@dataclasses.dataclass
+class Stack:
+    """What a plan builds over an engine: the indexes and retriever (None when nothing retrieves) and the
+    pipelines by name (`pipeline` is the first one: a run's only pipeline)."""
+
+    engine: EngineLike | None
+    indexes: SearchIndexes | None
+    retriever: Retriever | None
+    pipelines: dict[str, Pipeline]
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return next(iter(self.pipelines.values()))
 
 
-def typed(cls: type[T], values: Mapping[str, Any] | DictConfig, section: str) -> T:
-    """The config group `values` as the dataclass `cls`, checked first (`check_settings`)."""
-    values = plain(values)
-    check_settings(cls, values, section)
-    return cls(**values)
+@dataclasses.dataclass
+class StackPlan:
+    """Every part of a stack, checked, nothing loaded (see the module's docstring)."""
+
+    engine: EngineConfig
+    embedding: EmbeddingRecipe
+    index: IndexSource | None  # None: no pipeline retrieves
+    pipelines: dict[str, dict[str, Any]]  # name -> its `pipeline` group (`name` plus settings), checked
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, corpus: Path | str | None = None,
+                    pipelines: Mapping[str, Mapping[str, Any]] | None = None,
+                    with_index: bool | None = None) -> StackPlan:
+        """The plan for `cfg`. `pipelines`: name -> pipeline group (default: `cfg.pipeline`, when there is one);
+        `corpus`: the passages file (None: the embedded demo corpus); `with_index`: plan the index even when no
+        pipeline retrieves (None: only when one does)."""
+        groups = _pipeline_groups(cfg, pipelines)
+        retrieves = any(_retrieves(group) for group in groups.values())
+        engine = _engine_config(cfg)
+        embedding = _embedding(cfg, engine.dtype)
+        index = _index_source(cfg, corpus, engine.dtype) if (retrieves if with_index is None else with_index) else None
+        return cls(engine, embedding, index, groups)
+
+    def start_engine(self) -> AsyncEngine:
+        """An AsyncEngine with the planned config; a missing model or a bad runtime value is a UserError."""
+        from orthrus_rag.engine import AsyncEngine, InvalidRequestError
+        from orthrus_rag.models import ModelNotFoundError
+
+        print(f"loading {self.engine.generator} and {self.engine.embedder or 'backbone embeddings'} ...",
+              file=sys.stderr)
+        try:
+            return AsyncEngine(self.engine)
+        except (ModelNotFoundError, InvalidRequestError) as error:
+            raise UserError(f"{error} (check model.name, embedder.name and runtime.*)") from error
+
+    async def build(self, engine: EngineLike | None, indexes: SearchIndexes | None = None) -> Stack:
+        """The stack over `engine`: the planned indexes (`indexes` when given, else each cached in its folder when
+        it matches, else built, the dense one through `engine.embed`), the retriever over them, and the
+        pipelines, each with that retriever and a reasoner on `engine`."""
+        from orthrus_rag.rag import EngineReasoner
+
+        if indexes is None and self.index is not None:
+            indexes = await _load_indexes(engine, self.index, self.embedding)
+        retriever = make_retriever(engine, indexes, self.embedding) if indexes is not None else None
+        reasoner = EngineReasoner(engine) if engine is not None else None
+        built = {name: _make_pipeline(group, retriever, reasoner) for name, group in self.pipelines.items()}
+        return Stack(engine, indexes, retriever, built)
 
 
-def plain(values: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
-    """A config group as a plain dict, interpolations resolved."""
-    return OmegaConf.to_container(values, resolve=True) if isinstance(values, DictConfig) else dict(values)
+# ---- pipelines ------------------------------------------------------------------------------------------------
+def _pipeline_groups(cfg: DictConfig, pipelines: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict]:
+    """name -> checked pipeline group; the default is `cfg.pipeline` under its own name."""
+    if pipelines is None:
+        pipelines = {cfg.pipeline.name: cfg.pipeline} if cfg.get("pipeline") is not None else {}
+    groups = {name: {"name": name, **plain(group)} for name, group in pipelines.items()}
+    for group in groups.values():
+        _make_pipeline(group, None, None)  # settings errors show before anything loads
+    return groups
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    origin, args = get_origin(hint), get_args(hint)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if origin in (Union, types.UnionType):
-        return any(_fits(value, arg) for arg in args)
-    if origin is Literal:
-        return value in args
-    if hint in (int, float):  # an int fits a float setting; a bool is neither
-        return isinstance(value, (int, hint)) and not isinstance(value, bool)
-    if hint is Path:
-        return isinstance(value, (str, Path))
-    if origin is dict:
-        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
-    return isinstance(value, origin or hint)
+def _retrieves(group: Mapping[str, Any]) -> bool:
+    from pipelines import PIPELINES
+
+    return PIPELINES[group["name"]].retrieves
 
 
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null",
-          Path: "a path"}
+def _make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reasoner) -> Pipeline:
+    """The pipeline a `pipeline` group names, with the group's other keys as its (checked) settings."""
+    from pipelines import build_pipeline
+
+    settings = dict(group)
+    name = settings.pop("name", None)
+    try:
+        return build_pipeline(name, retriever, reasoner, **settings)
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, FileNotFoundError) as error:
+        raise UserError(f"pipeline: {error.args[0] if error.args else error}") from error
 
 
-def _describe(hint: Any) -> str:
-    if get_origin(hint) in (Union, types.UnionType, Literal):
-        return " or ".join(_describe(arg) if get_origin(hint) is not Literal else repr(arg) for arg in get_args(hint))
-    return _NAMES.get(hint, f"a {getattr(get_origin(hint) or hint, '__name__', hint)}")
+# ---- engine and embedding -------------------------------------------------------------------------------------
+def _engine_config(cfg: DictConfig) -> EngineConfig:
+    """The `model`, `embedder` and `runtime` groups as an EngineConfig, its dtype resolved for this machine
+    (runtime keys map one to one; the embedding adapter is runtime.embedding_adapter, else embedder.adapter)."""
+    from orthrus_rag.engine import InvalidRequestError
+    from orthrus_rag.engine.policy import make_policy
+    from orthrus_rag.models.loading import resolve_dtype
 
-
-# ---- engine ---------------------------------------------------------------------------------------------------
-def engine_config(cfg: DictConfig) -> EngineConfig:
-    """The `model`, `embedder` and `runtime` groups as an EngineConfig (runtime keys map one to one; the
-    embedding adapter is `runtime.embedding_adapter`, else the embedder group's `adapter`)."""
     runtime = plain(cfg.runtime)
     check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))
-    runtime["embedding_adapter"] = embedding_adapter(cfg)
-    return EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
+    runtime["embedding_adapter"] = _adapter_folder(cfg)
+    try:
+        runtime["dtype"] = str(resolve_dtype(runtime.get("dtype", "auto"), runtime.get("device", "auto")))
+    except ValueError as error:
+        raise UserError(f"runtime.dtype: {error}") from error
+    config = EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
+    config.dtype = config.dtype.removeprefix("torch.")
+    try:
+        config.validate()
+        make_policy(config)
+    except InvalidRequestError as error:
+        raise UserError(error) from error
+    return config
 
 
-def embedding_adapter(cfg: DictConfig) -> str | None:
+def _adapter_folder(cfg: DictConfig) -> str | None:
     """The adapter folder the engine applies to backbone embedding rows: runtime.embedding_adapter, else
     embedder.adapter (a shipped adapter's name or a PEFT folder); a shipped one must fit model.name."""
     name = cfg.runtime.get("embedding_adapter") or cfg.embedder.get("adapter")
@@ -119,89 +200,58 @@ def embedding_adapter(cfg: DictConfig) -> str | None:
     return str(folder)
 
 
-def pooling_params(cfg: DictConfig) -> RetrievalEmbedding:
-    """How retrieval queries and passages are embedded (the `embedder` group): pooling, prefixes, adapter."""
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
+def _embedding(cfg: DictConfig, dtype: str) -> EmbeddingRecipe:
+    """How retrieval queries and passages are embedded (the `embedder` group): pooling, prefixes, the passage
+    cut, the adapter, and the dtype the engine computes in (it changes the vectors, so an index records it)."""
+    from orthrus_rag.engine import PoolingParams
 
     model = cfg.embedder.model if cfg.embedder.name else "backbone"
-    adapter = embedding_adapter(cfg) if model == "backbone" else None
+    adapter = _adapter_folder(cfg) if model == "backbone" else None
     cut = cfg.embedder.get("passage_max_tokens")
     if cut is not None and (not isinstance(cut, int) or isinstance(cut, bool) or cut < 1):
         raise UserError(f"embedder.passage_max_tokens must be null (whole passages) or an integer >= 1, got {cut!r}")
-    return RetrievalEmbedding(cfg.embedder.pooling, cfg.embedder.normalize, model,
-                              query_prefix=cfg.embedder.get("query_prefix") or "",
-                              passage_prefix=cfg.embedder.get("passage_prefix") or "",
-                              adapter=adapter_identity(adapter) if adapter else None, passage_max_tokens=cut,
-                              dtype=embedding_dtype(cfg))
+    return EmbeddingRecipe(PoolingParams(cfg.embedder.pooling, cfg.embedder.normalize, model),
+                           query_prefix=cfg.embedder.get("query_prefix") or "",
+                           passage_prefix=cfg.embedder.get("passage_prefix") or "", passage_max_tokens=cut,
+                           adapter=_adapter_identity(adapter) if adapter else None, dtype=dtype)
 
 
-def embedding_dtype(cfg: DictConfig) -> str:
-    """The dtype the engine embeds in (`runtime.dtype`, auto resolved): it changes the vectors, so an index
-    records it; a bad value is a UserError."""
-    from orthrus_rag.models.loading import resolve_dtype
-
-    try:
-        return str(resolve_dtype(cfg.runtime.dtype, cfg.runtime.device)).removeprefix("torch.")
-    except ValueError as error:
-        raise UserError(f"runtime.dtype: {error}") from error
-
-
-def adapter_identity(folder: str) -> str:
+def _adapter_identity(folder: str) -> str:
     """`<folder name>@<first 12 hex digits of the weights' sha256>`: what an index records about the adapter."""
     weights = Path(folder) / "adapter_model.safetensors"
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.is_file() else "missing"
     return f"{Path(folder).name}@{digest}"
 
 
-def embedder_name(cfg: DictConfig) -> str:
+def _embedder_name(cfg: DictConfig) -> str:
     """The name an index records for the model that embedded it (the backbone's with its adapter's name)."""
     if cfg.embedder.name:
         return cfg.embedder.name
-    adapter = embedding_adapter(cfg)
+    adapter = _adapter_folder(cfg)
     return f"{cfg.model.name}:backbone" + (f"+{Path(adapter).name}" if adapter else "")
 
 
-def start_engine(config: EngineConfig) -> AsyncEngine:
-    """An AsyncEngine; a missing model or a bad runtime value is a UserError."""
-    from orthrus_rag.engine import AsyncEngine, InvalidRequestError
-    from orthrus_rag.models import ModelNotFoundError
-
-    print(f"loading {config.generator} and {config.embedder or 'backbone embeddings'} ...", file=sys.stderr)
-    try:
-        return AsyncEngine(config)
-    except (ModelNotFoundError, InvalidRequestError) as error:
-        raise UserError(f"{error} (check model.name, embedder.name and runtime.*)") from error
-
-
 # ---- index ----------------------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class IndexSpec:
-    """The `index` group: FAISS factory string, cache folder (None: derived), embedding batch size, and the device
-    it searches on (auto = cuda when available: faiss's GPU index, else exact search with torch there); how it
-    retrieves (dense | bm25 | hybrid) and, for hybrid, the fusion settings (orthrus_rag/retrieval.py)."""
+def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> IndexSource:
+    """The corpus read, and the index folders: `index.folder` (relative to where the command runs) or the cache's
+    (`default_index_folder`, for the dtype passages are embedded in)."""
+    from hydra.utils import to_absolute_path
 
-    factory: str = "Flat"
-    folder: str | None = None
-    batch_size: int = 64
-    device: str = "auto"
-    retrieval: RetrievalMode = "dense"
-    rrf_k: float = RetrievalSettings.rrf_k
-    candidates: int = RetrievalSettings.candidates
+    from indexes.bm25_index import default_bm25_folder
+    from orthrus_rag.demo import demo_corpus_path
 
-
-@dataclasses.dataclass
-class IndexSource:
-    """Where a dense index comes from: its cache folder, or built from `passages` and saved there; likewise the
-    BM25 index (`bm25_folder`) when `retrieval` uses one."""
-
-    folder: Path
-    passages: list[Passage]
-    embedder_name: str
-    factory: str = "Flat"
-    batch_size: int = 64
-    device: str = "auto"
-    retrieval: RetrievalSettings = RetrievalSettings()
-    bm25_folder: Path | None = None
+    spec = typed(IndexSpec, cfg.get("index") or {}, "index")
+    try:
+        retrieval = RetrievalSettings(spec.retrieval, spec.rrf_k, spec.candidates)
+    except ValueError as error:
+        raise UserError(error) from error
+    corpus = Path(corpus) if corpus else demo_corpus_path()
+    passages = read_corpus(corpus)
+    name = _embedder_name(cfg)
+    folder = (Path(to_absolute_path(spec.folder)) if spec.folder
+              else default_index_folder(corpus, passages, name, dtype))
+    bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
+    return IndexSource(folder, passages, name, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
 
 
 def read_corpus(path: Path) -> list[Passage]:
@@ -223,72 +273,25 @@ def default_index_folder(corpus: Path, passages: list[Passage], embedder: str, d
     return cache_dir() / "indexes" / f"{corpus.stem}-{corpus_fingerprint(passages)}-{safe}"
 
 
-def index_source(spec: IndexSpec, corpus: Path, embedder: str, dtype: str | None = None) -> IndexSource:
-    """The corpus read, and the index folder: `spec.folder` (relative to where the command runs) or the cache's
-    (`default_index_folder`, for `dtype`, the embedding recipe's)."""
-    from hydra.utils import to_absolute_path
-
-    from indexes.bm25_index import default_bm25_folder
-
-    try:
-        retrieval = RetrievalSettings(spec.retrieval, spec.rrf_k, spec.candidates)
-    except ValueError as error:
-        raise UserError(error) from error
-    passages = read_corpus(corpus)
-    folder = (Path(to_absolute_path(spec.folder)) if spec.folder
-              else default_index_folder(corpus, passages, embedder, dtype))
-    bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
-    return IndexSource(folder, passages, embedder, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
-
-
-async def load_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> SearchIndexes:
+async def _load_indexes(engine: EngineLike | None, source: IndexSource, embedding: EmbeddingRecipe) -> SearchIndexes:
     """The indexes `source.retrieval` searches: each cached in its folder when it matches, else built (the dense
     one through `engine.embed`) and saved there."""
     from indexes.bm25_index import load_or_build_bm25
 
-    dense = await load_dense_index(engine, source, pooling) if source.retrieval.uses_dense else None
-    bm25_folder = source.bm25_folder or source.folder / "bm25"
-    bm25 = load_or_build_bm25(bm25_folder, source.passages) if source.retrieval.uses_bm25 else None
+    dense = await _load_dense_index(engine, source, embedding) if source.retrieval.uses_dense else None
+    bm25 = load_or_build_bm25(source.bm25_folder, source.passages) if source.retrieval.uses_bm25 else None
     return SearchIndexes(dense, bm25, source.retrieval)
 
 
-async def load_dense_index(engine: EngineLike, source: IndexSource, pooling: PoolingParams) -> DenseIndex:
-    """The dense index cached in its folder when it matches; else built through `engine.embed` and saved there."""
+async def _load_dense_index(engine: EngineLike, source: IndexSource, embedding: EmbeddingRecipe):
     from indexes import engine_embedder, load_or_build
     from orthrus_rag.engine import EngineError
 
     try:
-        return await load_or_build(source.folder, source.passages, engine_embedder(engine, pooling),
+        return await load_or_build(source.folder, source.passages, engine_embedder(engine, embedding),
                                    source.embedder_name, factory=source.factory, batch_size=source.batch_size,
-                                   device=source.device, embedding=_recipe(pooling))
+                                   device=source.device, embedding=embedding.recipe())
     except ValueError as error:  # bad factory string or device, empty corpus
         if isinstance(error, EngineError):
             raise
         raise UserError(f"{error} (index.factory={source.factory!r}, index.device={source.device!r})") from error
-
-
-def _recipe(pooling: PoolingParams) -> dict[str, Any] | None:
-    return pooling.recipe() if hasattr(pooling, "recipe") else None
-
-
-# ---- pipeline -------------------------------------------------------------------------------------------------
-def make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reasoner: Reasoner | None) -> Pipeline:
-    """The pipeline a `pipeline` group names, with the group's other keys as its (checked) settings."""
-    from pipelines import build_pipeline
-
-    settings = plain(group)
-    name = settings.pop("name", None)
-    try:
-        return build_pipeline(name, retriever, reasoner, **settings)
-    except UserError:
-        raise
-    except (KeyError, TypeError, ValueError, FileNotFoundError) as error:
-        raise UserError(f"pipeline: {error.args[0] if error.args else error}") from error
-
-
-def rag_pipeline(group: Mapping[str, Any], engine: EngineLike, index: SearchIndexes | DenseIndex,
-                 pooling: PoolingParams) -> Pipeline:
-    """The pipeline over `engine`: the retriever of `index`'s retrieval mode and an EngineReasoner."""
-    from orthrus_rag.rag import EngineReasoner
-
-    return make_pipeline(group, make_retriever(engine, index, pooling), EngineReasoner(engine))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from orthrus_rag.rag import Pipeline, Reasoner, Retriever
-from orthrus_rag.stack import check_settings
+from orthrus_rag.settings import check_settings
 from pipelines.ircot import IRCoT
 from pipelines.iter_retgen import IterRetGen
 from pipelines.no_retrieval import NoRetrieval

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Pipeline, extract_answer
@@ -12,6 +13,7 @@ from pipelines.prompts import load_demos, load_prompt
 class NoRetrieval(Pipeline):
     """Ask the generator directly; the retriever (if given) is never used."""
 
+    retrieves: ClassVar[bool] = False
     prompt: str = "qa_direct"
     demos: str = "demos.jsonl"
     num_demos: int = 4

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from orthrus_rag.cluster import import_ray, summed_stats
-from orthrus_rag.stack import UserError
+from orthrus_rag.settings import UserError
 
 SINGLE_PROCESS = ["orthrus_rag.serving.app", "orthrus_rag.serving.cli", "orthrus_rag.serving.server",
                   "eval.experiment", "eval.leaderboard", "orthrus_rag.cluster"]

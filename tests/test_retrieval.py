@@ -4,13 +4,16 @@ import json
 
 import pytest
 
-from orthrus_rag.engine import AsyncEngine, EngineConfig, PoolingParams
+from omegaconf import OmegaConf
+
+from orthrus_rag.cli.common import CONF_DIR
 from orthrus_rag.rag import DenseRetriever
 from orthrus_rag.rag.bm25_retriever import BM25Retriever
 from orthrus_rag.rag.fusion import reciprocal_rank_fusion
 from orthrus_rag.rag.hybrid_retriever import HybridRetriever
-from orthrus_rag.retrieval import RetrievalSettings, SearchIndexes, make_retriever
-from orthrus_rag.stack import IndexSpec, SettingError, UserError, index_source, load_index, rag_pipeline, typed
+from orthrus_rag.retrieval import RetrievalSettings, SearchIndexes
+from orthrus_rag.settings import SettingError, UserError
+from orthrus_rag.stack import StackPlan
 
 WORDS = "river king city queen film band novel bridge castle mountain lake island painter poet".split()
 QUERIES = ["Which king built the castle?", "A film about a river", "poet of the island", "zzz unknown words"]
@@ -26,22 +29,34 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-async def engine(tiny_llama_dir, tiny_encoder_dir):
-    config = EngineConfig(generator=str(tiny_llama_dir), embedder=str(tiny_encoder_dir), dtype="float32")
-    async with AsyncEngine(config) as engine:
+def config(tiny_llama_dir, tiny_encoder_dir):
+    def make(folder, pipelines=None, **index):
+        cfg = OmegaConf.create({"model": {"name": str(tiny_llama_dir)},
+                                "embedder": {**OmegaConf.load(CONF_DIR / "embedder" / "minilm.yaml"),
+                                             "name": str(tiny_encoder_dir)},
+                                "runtime": {"dtype": "float32"}, "index": {"folder": str(folder), **index}})
+        return cfg, pipelines
+
+    return make
+
+
+def plan(config, corpus, folder, pipelines=None, **index) -> StackPlan:
+    cfg, pipelines = config(folder, pipelines, **index)
+    return StackPlan.from_config(cfg, corpus, pipelines=pipelines or {}, with_index=True)
+
+
+@pytest.fixture(scope="module")
+async def engine(config, corpus, tmp_path_factory):
+    async with plan(config, corpus, tmp_path_factory.mktemp("unused")).start_engine() as engine:
         yield engine
 
 
-def source(corpus, folder, **settings):
-    return index_source(IndexSpec(folder=str(folder), **settings), corpus, "tiny-encoder")
-
-
-async def test_hybrid_is_rrf_of_dense_and_bm25(engine, corpus, tmp_path):
-    pooling = PoolingParams()
-    indexes = await load_index(engine, source(corpus, tmp_path, retrieval="hybrid", rrf_k=60, candidates=10), pooling)
-    retriever = make_retriever(engine, indexes, pooling)
+async def test_hybrid_is_rrf_of_dense_and_bm25(engine, config, corpus, tmp_path):
+    planned = plan(config, corpus, tmp_path, retrieval="hybrid", rrf_k=60, candidates=10)
+    stack = await planned.build(engine)
+    indexes, retriever = stack.indexes, stack.retriever
     assert isinstance(retriever, HybridRetriever) and indexes.dense and indexes.bm25
-    dense, bm25 = DenseRetriever(engine, indexes.dense, pooling), BM25Retriever(indexes.bm25)
+    dense, bm25 = DenseRetriever(engine, indexes.dense, planned.embedding), BM25Retriever(indexes.bm25)
     for query in QUERIES:
         expected = reciprocal_rank_fusion([await dense.retrieve(query, 10), await bm25.retrieve(query, 10)], 5, 60)
         found = await retriever.retrieve_with_usage(query, 5)
@@ -50,52 +65,48 @@ async def test_hybrid_is_rrf_of_dense_and_bm25(engine, corpus, tmp_path):
     assert {p.id for p in keyword_only[:3]} <= {p.id for p in await bm25.retrieve("castle", 40)}
 
 
-async def test_each_mode_loads_only_its_indexes_and_caches_them(engine, corpus, tmp_path):
-    pooling = PoolingParams()
-    only_bm25 = await load_index(engine, source(corpus, tmp_path, retrieval="bm25"), pooling)
-    assert only_bm25.dense is None and isinstance(make_retriever(engine, only_bm25, pooling), BM25Retriever)
+async def test_each_mode_loads_only_its_indexes_and_caches_them(engine, config, corpus, tmp_path):
+    only_bm25 = await plan(config, corpus, tmp_path, retrieval="bm25").build(engine)
+    assert only_bm25.indexes.dense is None and isinstance(only_bm25.retriever, BM25Retriever)
     assert not (tmp_path / "manifest.json").exists() and (tmp_path / "bm25" / "bm25.json").is_file()
     stamp = (tmp_path / "bm25" / "bm25.json").stat().st_mtime_ns
-    only_dense = await load_index(engine, source(corpus, tmp_path), pooling)
-    assert only_dense.bm25 is None and type(make_retriever(engine, only_dense, pooling)) is DenseRetriever
-    await load_index(engine, source(corpus, tmp_path, retrieval="hybrid"), pooling)
+    only_dense = await plan(config, corpus, tmp_path, retrieval="dense").build(engine)
+    assert only_dense.indexes.bm25 is None and type(only_dense.retriever) is DenseRetriever
+    await plan(config, corpus, tmp_path, retrieval="hybrid").build(engine)
     assert (tmp_path / "bm25" / "bm25.json").stat().st_mtime_ns == stamp  # found cached, not rebuilt
 
 
-async def test_pipelines_get_the_mode_through_the_stack(engine, corpus, tmp_path):
-    pooling = PoolingParams()
-    indexes = await load_index(engine, source(corpus, tmp_path, retrieval="hybrid"), pooling)
-    pipeline = rag_pipeline({"name": "standard_rag", "k": 3, "max_tokens": 2}, engine, indexes, pooling)
-    answer = await pipeline.answer(QUERIES[0])
-    assert answer.passages == await make_retriever(engine, indexes, pooling).retrieve(QUERIES[0], 3)
-    bare = rag_pipeline({"name": "standard_rag", "k": 3}, engine, indexes.dense, pooling)  # a bare dense index
-    assert type(bare.retriever) is DenseRetriever
+async def test_pipelines_get_the_mode_through_the_stack(engine, config, corpus, tmp_path):
+    pipelines = {"standard_rag": {"k": 3, "max_tokens": 2}, "no_retrieval": {"max_tokens": 2}}
+    stack = await plan(config, corpus, tmp_path, pipelines, retrieval="hybrid").build(engine)
+    answer = await stack.pipelines["standard_rag"].answer(QUERIES[0])
+    assert answer.passages == await stack.retriever.retrieve(QUERIES[0], 3)
+    assert stack.pipelines["standard_rag"].retriever is stack.retriever is stack.pipelines["no_retrieval"].retriever
 
 
-def test_unknown_mode_is_a_one_line_setting_error():
+def test_unknown_mode_is_a_one_line_setting_error(config, corpus, tmp_path):
     with pytest.raises(SettingError) as error:
-        typed(IndexSpec, {"retrieval": "sparse"}, "index")
+        plan(config, corpus, tmp_path, retrieval="sparse")
     assert str(error.value) == "index.retrieval: expected 'dense' or 'bm25' or 'hybrid', got 'sparse'"
 
 
 @pytest.mark.parametrize("settings, message", [({"candidates": 0}, "index.candidates must be >= 1, got 0"),
                                                ({"rrf_k": -1}, "index.rrf_k must be >= 0, got -1")])
-def test_bad_fusion_settings_are_user_errors(corpus, tmp_path, settings, message):
+def test_bad_fusion_settings_are_user_errors(config, corpus, tmp_path, settings, message):
     with pytest.raises(UserError, match=message):
-        source(corpus, tmp_path, retrieval="hybrid", **settings)
+        plan(config, corpus, tmp_path, retrieval="hybrid", **settings)
 
 
 def test_settings_default_to_dense():
     assert SearchIndexes(None).settings == RetrievalSettings("dense", 60, 15)
 
 
-async def test_the_servers_rag_settings_reach_the_retriever(engine, corpus, tmp_path):
+async def test_the_servers_index_group_reaches_the_retriever(engine, config, corpus, tmp_path):
     from orthrus_rag.serving.rag_service import build_rag
-    from orthrus_rag.serving.settings import RagSettings
 
-    settings = RagSettings(corpus=str(corpus), index_cache=str(tmp_path), retrieval="bm25",
-                           pipelines={"standard_rag": {"k": 3, "max_tokens": 2, "num_demos": 0}})
-    answer = await (await build_rag(engine, settings, "tiny-encoder", PoolingParams()))(QUERIES[0], None)
-    indexes = await load_index(engine, source(corpus, tmp_path, retrieval="bm25"), PoolingParams())
+    pipelines = {"standard_rag": {"k": 3, "max_tokens": 2, "num_demos": 0}}
+    answer = await (await build_rag(engine, plan(config, corpus, tmp_path, pipelines, retrieval="bm25"),
+                                    "standard_rag"))(QUERIES[0], None)
+    indexes = (await plan(config, corpus, tmp_path, retrieval="bm25").build(engine)).indexes
     assert answer.passages == await BM25Retriever(indexes.bm25).retrieve(QUERIES[0], 3)
     assert not (tmp_path / "manifest.json").exists()  # bm25 alone: no dense index built

@@ -23,8 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from orthrus_rag.cli.common import UserError, launch
-from orthrus_rag.stack import (IndexSpec, embedder_name, embedding_dtype, engine_config, index_source, make_pipeline,
-                               plain, pooling_params, typed)
+from orthrus_rag.settings import typed
+from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag-bench"
 
@@ -47,18 +47,15 @@ def workload_from_config(cfg: DictConfig):
 
 
 def rag_setup(cfg: DictConfig):
-    """The rag workload's questions, index source, pipeline and engine settings from the config."""
+    """The rag workload's questions, stack plan (engine, index, pipeline) and workload from the config."""
     from eval.bench.rag import RagSetup, RagWorkload
     from eval.experiment import DatasetSpec, read_questions
 
     check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
-    source = index_source(typed(IndexSpec, cfg.index, "index"), spec.corpus, embedder_name(cfg),
-                          embedding_dtype(cfg))
-    make_pipeline(cfg.pipeline, None, None)  # settings errors show before the models load
-    workload = typed(RagWorkload, cfg.workload, "workload")
-    return RagSetup(engine_config(cfg), pooling_params(cfg), plain(cfg.pipeline), questions, source, workload)
+    plan = StackPlan.from_config(cfg, spec.corpus)
+    return RagSetup(plan, questions, typed(RagWorkload, cfg.workload, "workload"))
 
 
 def rag_rates(cfg: DictConfig) -> list:
@@ -99,7 +96,8 @@ def run(cfg: DictConfig) -> dict:
         from eval.bench.indexing import format_indexing_table, indexing_bench
         return write_bench(indexing_bench(cfg), format_indexing_table)
     workload = workload_from_config(cfg)
-    return write_bench(run_bench(engine_config(cfg), pooling_params(cfg), workload, list(cfg.modes)), format_table)
+    plan = StackPlan.from_config(cfg, pipelines={})
+    return write_bench(run_bench(plan.engine, plan.embedding.params, workload, list(cfg.modes)), format_table)
 
 
 def write_bench(bench: dict, table: Callable[[dict], str]) -> dict:

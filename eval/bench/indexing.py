@@ -17,10 +17,10 @@ import asyncio
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
-from orthrus_rag.rag.embedding import RetrievalEmbedding
+from orthrus_rag.rag.embedding import EmbeddingRecipe
+from orthrus_rag.settings import plain, typed
 from orthrus_rag.rag.types import Passage
 
 
@@ -48,7 +48,7 @@ async def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int) ->
         await asyncio.gather(*(engine.generate(t, params) for t in texts[start:start + in_flight]))
 
 
-async def measure(config: EngineConfig, pooling: RetrievalEmbedding, passages: list[Passage], batch_size: int,
+async def measure(config: EngineConfig, embedding: EmbeddingRecipe, passages: list[Passage], batch_size: int,
                   rounds: int) -> list[dict]:
     """`rounds` pairs of (index, prefill) runs over `passages`, each on a fresh engine (cold prefix cache)."""
     from indexes.build import embed_passages, engine_embedder
@@ -60,20 +60,20 @@ async def measure(config: EngineConfig, pooling: RetrievalEmbedding, passages: l
         for name in order:
             async with AsyncEngine(config) as engine:
                 if name == "index":
-                    work = embed_passages(passages, engine_embedder(engine, pooling), batch_size)
+                    work = embed_passages(passages, engine_embedder(engine, embedding), batch_size)
                     result[name] = await _timed(engine, work, "embed")
                 else:
-                    prompts = _prompts(engine, passages, pooling)
+                    prompts = _prompts(engine, passages, embedding)
                     result[name] = await _timed(engine, _prefill_all(engine, prompts, batch_size), "prefill")
         results.append(result)
     return results
 
 
-def _prompts(engine, passages: list[Passage], pooling: RetrievalEmbedding) -> list:
+def _prompts(engine, passages: list[Passage], embedding: EmbeddingRecipe) -> list:
     """The prefill side's prompts: each passage as the index embeds it (the passage prefix first, and only its first
     `passage_max_tokens` token ids when the index cuts passages there), so both sides compute the same tokens."""
-    texts = [pooling.passage_prefix + p.formatted() for p in passages]
-    cut = pooling.passage_max_tokens
+    texts = [embedding.passage_prefix + p.formatted() for p in passages]
+    cut = embedding.passage_max_tokens
     return [engine.tokenizer.encode(t)[:cut] for t in texts] if cut else texts
 
 
@@ -100,18 +100,18 @@ def indexing_bench(cfg) -> dict:
     from hydra.utils import to_absolute_path
 
     from eval.bench.runner import machine_info
-    from orthrus_rag.stack import IndexSpec, UserError, engine_config, plain, pooling_params, read_corpus, typed
+    from orthrus_rag.settings import UserError
+    from orthrus_rag.stack import StackPlan
 
     workload = typed(IndexingWorkload, cfg.workload, "workload")
-    spec = typed(IndexSpec, cfg.index, "index")
-    if workload.passages < 1 or workload.rounds < 1 or spec.batch_size < 1:
+    plan = StackPlan.from_config(cfg, to_absolute_path(cfg.corpus), pipelines={}, with_index=True)
+    if workload.passages < 1 or workload.rounds < 1 or plan.index.batch_size < 1:
         raise UserError("workload.passages, workload.rounds and index.batch_size must be >= 1")
-    passages = read_corpus(Path(to_absolute_path(cfg.corpus)))[:workload.passages]
+    passages = plan.index.passages[:workload.passages]
     if not passages:
         raise UserError(f"the corpus {cfg.corpus} holds no passages")
-    config, pooling = engine_config(cfg), pooling_params(cfg)
-    rounds = asyncio.run(measure(config, pooling, passages, spec.batch_size, workload.rounds))
+    rounds = asyncio.run(measure(plan.engine, plan.embedding, passages, plan.index.batch_size, workload.rounds))
     return {"workload": "indexing", "rounds": rounds, "median": summarise(rounds),
             "config": {"workload": asdict(workload), "corpus": cfg.corpus, "index": plain(cfg.index),
-                       "engine": asdict(config), "pooling": asdict(pooling)},
+                       "engine": asdict(plan.engine), "embedding": asdict(plan.embedding)},
             "machine": machine_info()}

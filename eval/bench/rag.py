@@ -22,7 +22,7 @@ from eval.bench.runner import engine_delta, machine_info, make_backend, num_core
 from eval.bench.rag_metrics import RunData, ratios, summarize_run
 from eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
-from orthrus_rag.stack import IndexSource, load_index, rag_pipeline
+from orthrus_rag.stack import StackPlan
 
 WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
 
@@ -47,12 +47,13 @@ class RagWorkload:
 
 @dataclass
 class RagSetup:
-    config: EngineConfig
-    pooling: PoolingParams
-    pipeline: dict  # the `pipeline` group: name plus settings
+    plan: StackPlan  # the engine config, embedding recipe, index and the one pipeline every mode runs
     questions: list  # list[eval.datasets.Question]
-    index: IndexSource
     workload: RagWorkload = field(default_factory=RagWorkload)
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.plan.engine
 
 
 # ---- stand-in engine that logs every call -----------------------------------------------------------------------
@@ -154,7 +155,7 @@ def shared_index(setup: RagSetup) -> Any:
     """The index every mode searches: loaded from its folder, or built through an engine and saved there."""
     engine = _LazyEngine(replace(setup.config, num_threads=setup.config.num_threads or num_cores()))
     try:
-        return asyncio.run(load_index(engine, setup.index, setup.pooling))
+        return asyncio.run(setup.plan.build(engine)).indexes
     finally:
         engine.shutdown()
 
@@ -163,7 +164,7 @@ def shared_index(setup: RagSetup) -> Any:
 async def run_load(mode: str, backend: Any, setup: RagSetup, index: Any, load: Load) -> RunData:
     """Warm-up questions (untimed), then every question under `load`, with calls logged and counters sampled."""
     logged = LoggedBackend(backend)
-    pipeline = rag_pipeline(setup.pipeline, logged, index, setup.pooling)
+    pipeline = (await setup.plan.build(logged, index)).pipeline
     texts = [q.question for q in setup.questions]
     if setup.workload.warmup_questions:
         warmup = [WARMUP_TEMPLATE.format(i + 1) for i in range(setup.workload.warmup_questions)]
@@ -187,7 +188,7 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
     summaries: dict[str, dict[str, dict]] = {load.label: {} for load in loads}
     for mode in modes:
         for load in loads:
-            backend = make_backend(mode, setup.config, SamplingParams(), setup.pooling)  # pipelines pass their own
+            backend = make_backend(mode, setup.config, SamplingParams(), setup.plan.embedding.params)  # pipelines pass their own
             try:
                 run = asyncio.run(run_load(mode, backend, setup, index, load))
             finally:
@@ -215,15 +216,16 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
     for key in ("qps_hetero/hf", "qps_hetero/isolated", "qps_hetero/alternating"):
         head_ratios[key] = closed["ratios"][key]
     threads = setup.config.num_threads or num_cores()
+    plan = setup.plan
     return {"workload": "rag",
             "modes": {m: {k: v for k, v in r.items() if k not in RAW_KEYS} for m, r in head["modes"].items()},
             "ratios": head_ratios,
             "headline": {"p99": head["load"], "qps": closed["load"]},
             "sweep": sweep,
-            "config": {"modes": modes, "pipeline": setup.pipeline, "questions": len(setup.questions),
+            "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())), "questions": len(setup.questions),
                        "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],
                        "engine": asdict(setup.config), "dtype": ran_dtype(setup.config),
-                       "pooling": asdict(setup.pooling),
-                       "index": {"folder": str(setup.index.folder), "factory": setup.index.factory},
+                       "embedding": asdict(plan.embedding),
+                       "index": {"folder": str(plan.index.folder), "factory": plan.index.factory} if plan.index else None,
                        "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}},
             "machine": machine_info()}

@@ -270,10 +270,10 @@ def steps_bench(cfg) -> dict:
     """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_steps_table`)."""
     from omegaconf import OmegaConf
 
-    from orthrus_rag.stack import engine_config
+    from orthrus_rag.stack import StackPlan
 
     workload = StepsWorkload.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
-    return run_steps(engine_config(cfg), workload)
+    return run_steps(StackPlan.from_config(cfg, pipelines={}).engine, workload)
 
 
 def _sync(device: torch.device) -> None:

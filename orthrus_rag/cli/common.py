@@ -1,5 +1,5 @@
 """What the Hydra apps share: the config folder, launching an app, and one-line exits for user mistakes
-(`UserError`). The stack an app runs is built by `orthrus_rag.stack`."""
+(`UserError`). The stack an app runs is planned and built by `orthrus_rag.stack.StackPlan`."""
 from __future__ import annotations
 
 import hydra
@@ -10,7 +10,7 @@ from typing import Callable, NoReturn, TypeVar
 
 from omegaconf import DictConfig
 
-from orthrus_rag.stack import UserError
+from orthrus_rag.settings import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 T = TypeVar("T")

@@ -16,11 +16,10 @@ from pathlib import Path
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
+from indexes.bm25_index import BM25_MANIFEST_FILE
 from indexes.manifest import MANIFEST_FILE
 from orthrus_rag.cli.common import launch
-from orthrus_rag.demo import demo_corpus_path
-from orthrus_rag.stack import (IndexSource, IndexSpec, embedder_name, embedding_dtype, engine_config, index_source,
-                               load_dense_index, pooling_params, start_engine, typed)
+from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag-index"
 
@@ -32,7 +31,6 @@ class IndexReport:
     dimension: int
     factory: str
     size_bytes: int
-    seconds: float
     built: bool  # False: a matching cached index was loaded
     kind: str = "dense"  # dense | bm25
 
@@ -40,7 +38,7 @@ class IndexReport:
         what = "built" if self.built else "found cached"
         shape = f"dimension {self.dimension}, factory {self.factory}" if self.kind == "dense" else "BM25"
         name = "index" if self.kind == "dense" else "BM25 index"
-        return (f"{name} {what} in {self.seconds:.1f} s: {self.folder}\n"
+        return (f"{name} {what}: {self.folder}\n"
                 f"  {self.num_passages} passages, {shape}, {self.size_bytes / 2**20:.1f} MiB on disk")
 
 
@@ -52,48 +50,37 @@ def folder_size(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
 
 
-def build(cfg: DictConfig) -> list[IndexReport]:
-    corpus = Path(to_absolute_path(cfg.corpus)) if cfg.corpus else demo_corpus_path()
-    source = index_source(typed(IndexSpec, cfg.index, "index"), corpus, embedder_name(cfg), embedding_dtype(cfg))
-    reports = []
-    if source.retrieval.uses_dense:
-        reports.append(build_dense(cfg, source))
-    if source.retrieval.uses_bm25:
-        reports.append(build_bm25(source))
-    return reports
-
-
-def build_dense(cfg: DictConfig, source: IndexSource) -> IndexReport:
-    folder = source.folder
-    before = _mtime(folder / MANIFEST_FILE)
-    engine = start_engine(engine_config(cfg))
+def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
+    """The indexes `index.retrieval` uses, each built (or found cached) and reported, and the seconds it took."""
+    plan = StackPlan.from_config(cfg, to_absolute_path(cfg.corpus) if cfg.corpus else None, pipelines={},
+                                 with_index=True)
+    source = plan.index
+    manifests = {"dense": source.folder / MANIFEST_FILE, "bm25": source.bm25_folder / BM25_MANIFEST_FILE}
+    kinds = [kind for kind, used in (("dense", source.retrieval.uses_dense), ("bm25", source.retrieval.uses_bm25))
+             if used]
+    before = {kind: _mtime(manifests[kind]) for kind in kinds}
+    engine = plan.start_engine() if source.retrieval.uses_dense else None
     try:
         start = time.perf_counter()
-        index = asyncio.run(load_dense_index(engine, source, pooling_params(cfg)))
+        indexes = asyncio.run(plan.build(engine)).indexes
         seconds = time.perf_counter() - start
     finally:
-        engine.shutdown()
-    m = index.manifest
-    return IndexReport(folder, m.num_passages, m.dimension, m.factory, folder_size(folder), seconds,
-                       built=_mtime(folder / MANIFEST_FILE) != before)
-
-
-def build_bm25(source: IndexSource) -> IndexReport:
-    from indexes.bm25_index import BM25_MANIFEST_FILE, load_or_build_bm25
-
-    folder = source.bm25_folder
-    before = _mtime(folder / BM25_MANIFEST_FILE)
-    start = time.perf_counter()
-    index = load_or_build_bm25(folder, source.passages)
-    seconds = time.perf_counter() - start
-    return IndexReport(folder, index.manifest.num_passages, 0, "", folder_size(folder), seconds,
-                       built=_mtime(folder / BM25_MANIFEST_FILE) != before, kind="bm25")
+        if engine is not None:
+            engine.shutdown()
+    reports = []
+    for kind in kinds:
+        index = indexes.dense if kind == "dense" else indexes.bm25
+        m, folder = index.manifest, manifests[kind].parent
+        reports.append(IndexReport(folder, m.num_passages, getattr(m, "dimension", 0), getattr(m, "factory", ""),
+                                   folder_size(folder), _mtime(manifests[kind]) != before[kind], kind))
+    return reports, seconds
 
 
 def run(cfg: DictConfig) -> list[IndexReport]:
-    reports = build(cfg)
+    reports, seconds = build(cfg)
     for report in reports:
         print(report.lines())
+    print(f"done in {seconds:.1f} s")
     return reports
 
 

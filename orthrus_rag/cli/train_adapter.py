@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from orthrus_rag.cli.common import launch
 from orthrus_rag.models import ModelNotFoundError
-from orthrus_rag.stack import UserError, plain, typed
+from orthrus_rag.settings import UserError, plain, typed
 from orthrus_rag.training import PairSource, TrainResult, TrainSettings, train_adapter
 
 APP = "orthrus-rag-train-adapter"

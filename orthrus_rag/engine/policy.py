@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.sequence import Kind
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ def register_policy(name: str) -> Callable[[P], P]:
 
 
 def make_policy(config: EngineConfig) -> Policy:
+    """The policy `config.policy` names; an unknown name is an InvalidRequestError."""
+    if config.policy not in POLICIES:
+        raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {config.policy!r}",
+                                  "policy")
     return POLICIES[config.policy].from_config(config)
 
 

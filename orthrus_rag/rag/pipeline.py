@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from tqdm.auto import tqdm
 
@@ -42,6 +43,7 @@ class Pipeline(ABC):
 
     retriever: Retriever | None
     reasoner: Reasoner | None
+    retrieves: ClassVar[bool] = True  # False: answers without retrieving (a stack then loads no index for it)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

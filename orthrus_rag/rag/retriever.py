@@ -7,8 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
-from orthrus_rag.engine import EngineLike, PoolingParams
-from orthrus_rag.rag.embedding import RetrievalEmbedding, describe_recipe
+from orthrus_rag.engine import EngineLike
+from orthrus_rag.rag.embedding import EmbeddingRecipe, describe_recipe
 from orthrus_rag.rag.types import Passage
 
 
@@ -43,24 +43,21 @@ class IndexRecipeError(ValueError):
 
 
 class DenseRetriever(Retriever):
-    """Embeds the query through the engine (in its shared inference loop) and searches a dense index. With
-    RetrievalEmbedding params the query gets its `query_prefix`, and an index whose manifest records another
-    recipe is refused."""
+    """Embeds the query (its recipe's `query_prefix` first) through the engine, in its shared inference loop, and
+    searches a dense index; an index whose manifest records another recipe is refused."""
 
-    def __init__(self, engine: EngineLike, index: SearchIndex, pooling_params: PoolingParams | None = None):
+    def __init__(self, engine: EngineLike, index: SearchIndex, embedding: EmbeddingRecipe | None = None):
         self.engine = engine
         self.index = index
-        self.pooling_params = pooling_params or PoolingParams()
-        self.query_prefix = getattr(self.pooling_params, "query_prefix", "")
-        if isinstance(self.pooling_params, RetrievalEmbedding):
-            _check_recipe(index, self.pooling_params)
+        self.embedding = embedding or EmbeddingRecipe()
+        _check_recipe(index, self.embedding)
 
     async def retrieve(self, query: str, k: int) -> list[Passage]:
         return (await self.retrieve_with_usage(query, k)).passages
 
     async def retrieve_with_usage(self, query: str, k: int) -> Retrieval:
         _check_query(query, k)
-        out = await self.engine.embed(self.query_prefix + query, self.pooling_params)
+        out = await self.engine.embed(self.embedding.query_prefix + query, self.embedding.params)
         vector = np.asarray(out.embedding, dtype=np.float32)
         if vector.ndim != 1:
             raise ValueError(f"engine.embed returned an embedding of shape {vector.shape}; expected (dim,)")
@@ -68,14 +65,14 @@ class DenseRetriever(Retriever):
         return Retrieval(list(passages), out.num_tokens)
 
 
-def _check_recipe(index: SearchIndex, params: RetrievalEmbedding) -> None:
+def _check_recipe(index: SearchIndex, embedding: EmbeddingRecipe) -> None:
     """The index's recorded recipe (manifest.embedding, when it has one) equals the retriever's."""
     recorded = getattr(getattr(index, "manifest", None), "embedding", None)
     if recorded is None:
         return
-    if recorded != params.recipe():
+    if recorded != embedding.recipe():
         raise IndexRecipeError(f"the index was embedded with {describe_recipe(recorded) or 'no recorded recipe'}, "
-                               f"but queries would be embedded with {describe_recipe(params.recipe())}: rebuild "
+                               f"but queries would be embedded with {describe_recipe(embedding.recipe())}: rebuild "
                                "the index with the same embedder settings (orthrus-rag-index embedder=...) or "
                                "use the embedder settings it was built with")
 

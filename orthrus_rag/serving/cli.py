@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
@@ -17,7 +16,8 @@ from pydantic import ValidationError
 from orthrus_rag.cli.common import launch
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
-from orthrus_rag.stack import UserError, embedder_name, engine_config, pooling_params, start_engine
+from orthrus_rag.settings import UserError
+from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag-serve"
 log = logging.getLogger("orthrus_rag.serving")
@@ -35,31 +35,31 @@ def server_settings(cfg: DictConfig) -> ServerSettings:
         raise UserError(f"server.{key}: {first['msg']}, got {first.get('input')!r}") from error
 
 
-def build_rag(engine: AsyncEngine, cfg: DictConfig, settings: ServerSettings):
+def stack_plan(cfg: DictConfig, settings: ServerSettings) -> StackPlan:
+    """The engine and, when RAG is on, the `/v1/rag` pipelines and the index they search (the `index` group, as
+    experiments use it), every setting checked before anything loads; a relative corpus is made absolute here,
+    where it was given (a Ray replica runs in another folder, possibly on another machine)."""
+    from hydra.utils import to_absolute_path
+
+    from orthrus_rag.serving.rag_service import pipeline_groups
+
+    rag = settings.rag
+    corpus = to_absolute_path(rag.corpus) if rag.corpus else None
+    return StackPlan.from_config(cfg, corpus, pipelines=pipeline_groups(rag) if rag.enabled else {})
+
+
+def build_rag(engine: AsyncEngine, plan: StackPlan, settings: ServerSettings):
     """The /v1/rag callable, or None when RAG is off. Builds (or loads the cached) index before serving."""
     if not settings.rag.enabled:
         return None
     from orthrus_rag.serving.rag_service import build_rag as build  # imports faiss and the pipelines
 
-    return asyncio.run(build(engine, settings.rag, embedder_name(cfg), pooling_params(cfg)))
-
-
-def replica_spec(cfg: DictConfig, settings: ServerSettings):
-    """What each Ray Serve replica builds; relative corpus and index paths made absolute here, where they were
-    given (a replica runs in another folder, possibly on another machine)."""
-    from orthrus_rag.serving.replica import ReplicaSpec
-
-    rag = settings.rag.model_copy(update={key: str(Path(value).resolve()) for key in ("corpus", "index_cache")
-                                          if (value := getattr(settings.rag, key))})
-    return ReplicaSpec(engine_config(cfg), rag if rag.enabled else None, embedder_name(cfg), pooling_params(cfg))
+    return asyncio.run(build(engine, plan, settings.rag.pipeline))
 
 
 def run(cfg: DictConfig) -> None:
     settings = server_settings(cfg)
-    if settings.rag.enabled:
-        from orthrus_rag.serving.rag_service import check_pipelines  # imports the pipelines
-
-        check_pipelines(settings.rag)
+    plan = stack_plan(cfg, settings)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key is None:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
     if settings.replicas > 1:
@@ -67,19 +67,20 @@ def run(cfg: DictConfig) -> None:
 
         import_ray()  # a clear error before anything loads when the `ray` extra is missing
         from orthrus_rag.serving.ray_serve import serve_on_ray
+        from orthrus_rag.serving.replica import ReplicaSpec
 
-        return serve_on_ray(replica_spec(cfg, settings), settings)
-    run_single(cfg, settings)
+        return serve_on_ray(ReplicaSpec(plan, settings.rag.pipeline if settings.rag.enabled else None), settings)
+    run_single(plan, settings)
 
 
-def run_single(cfg: DictConfig, settings: ServerSettings) -> None:
+def run_single(plan: StackPlan, settings: ServerSettings) -> None:
     """One engine in this process, under uvicorn."""
     from orthrus_rag.serving.app import create_app
     from orthrus_rag.serving.server import serve
 
-    engine = start_engine(engine_config(cfg))
+    engine = plan.start_engine()
     try:
-        rag = build_rag(engine, cfg, settings)
+        rag = build_rag(engine, plan, settings)
     except BaseException:
         engine.shutdown()
         raise

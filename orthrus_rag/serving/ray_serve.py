@@ -38,7 +38,7 @@ from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
-from orthrus_rag.stack import UserError
+from orthrus_rag.settings import UserError
 
 APP_NAME = "orthrus-rag"
 NAMESPACE = "orthrus_rag"  # where the stats actor lives

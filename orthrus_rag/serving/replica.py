@@ -16,19 +16,21 @@ from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import RagInputError
-from orthrus_rag.serving.settings import RagSettings
 from orthrus_rag.serving.state import RagFn
-from orthrus_rag.stack import start_engine
+from orthrus_rag.stack import StackPlan
 
 
 @dataclass
 class ReplicaSpec:
-    """What every replica builds: its engine, and the RAG it serves (None: `/v1/rag` is off)."""
+    """What every replica builds: the planned engine and `/v1/rag` stack, and the pipeline a request that names
+    none gets (None: `/v1/rag` is off)."""
 
-    engine: EngineConfig
-    rag: RagSettings | None
-    embedder_name: str  # the name the index records for its embedder
-    pooling: PoolingParams  # how the index and retrieval queries are embedded
+    plan: StackPlan
+    rag: str | None
+
+    @property
+    def engine(self) -> EngineConfig:
+        return self.plan.engine
 
 
 @dataclass
@@ -42,7 +44,7 @@ class ReplicaInfo:
 class EngineReplica:
     def __init__(self, spec: ReplicaSpec):
         self.spec = spec
-        self.engine = start_engine(spec.engine)
+        self.engine = spec.plan.start_engine()
         self._rag: RagFn | None = None
 
     async def start_rag(self) -> None:
@@ -53,7 +55,7 @@ class EngineReplica:
         from orthrus_rag.serving.rag_service import build_rag
 
         with index_lock():
-            self._rag = await build_rag(self.engine, self.spec.rag, self.spec.embedder_name, self.spec.pooling)
+            self._rag = await build_rag(self.engine, self.spec.plan, self.spec.rag)
 
     def info(self) -> ReplicaInfo:
         dims = {model: self.engine.embedding_dim(model) for model in (None, "backbone")}

@@ -21,18 +21,13 @@ class EmbeddingSettings(BaseModel):
 
 
 class RagSettings(BaseModel):
-    """The RAG pipelines behind `/v1/rag`."""
+    """The RAG pipelines behind `/v1/rag`; they retrieve as the `index` group says, as experiments do."""
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
     pipeline: str = "standard_rag"  # used when a request names none
     corpus: str | None = None  # a .jsonl/.json corpus; None: the embedded demo corpus
-    index_cache: str | None = None  # folder of the cached index; None: under the orthrus-rag cache
-    factory: str = "Flat"  # FAISS index factory string
-    retrieval: Literal["dense", "bm25", "hybrid"] = "dense"  # as index.retrieval (orthrus_rag/retrieval.py)
-    rrf_k: float = Field(60.0, ge=0)  # hybrid: reciprocal-rank fusion constant
-    candidates: int = Field(15, ge=1)  # hybrid: passages each side ranks before fusion
     pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> the pipeline's own settings
 
 

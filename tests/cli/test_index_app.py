@@ -12,10 +12,10 @@ def test_builds_then_finds_the_cached_index(run_app, tiny_models, tmp_path, caps
     run_app(main, "orthrus-rag-index", *tiny_models)
     first = capsys.readouterr().out
     folder = tmp_path / "index"
-    assert f"index built in" in first and str(folder) in first and "152 passages, dimension 32" in first
+    assert "index built:" in first and str(folder) in first and "152 passages, dimension 32" in first
     assert json.loads((folder / "manifest.json").read_text())["num_passages"] == 152
     run_app(main, "orthrus-rag-index", *tiny_models)
-    assert "index found cached in" in capsys.readouterr().out
+    assert "index found cached:" in capsys.readouterr().out
 
 
 def test_own_corpus_and_factory(run_app, tiny_models, tmp_path, capsys):
@@ -37,11 +37,11 @@ def test_missing_corpus_is_a_one_line_error(run_app, tiny_models, tmp_path, caps
 def test_bm25_index_built_then_found_cached_without_the_engine(run_app, tiny_models, tmp_path, capsys):
     run_app(main, "orthrus-rag-index", *tiny_models, "index.retrieval=bm25", "model.name=/no/such/model")
     out = capsys.readouterr().out
-    assert "BM25 index built in" in out and str(tmp_path / "index" / "bm25") in out and "152 passages, BM25" in out
+    assert "BM25 index built:" in out and str(tmp_path / "index" / "bm25") in out and "152 passages, BM25" in out
     assert not (tmp_path / "index" / "manifest.json").exists()
     run_app(main, "orthrus-rag-index", *tiny_models, "index.retrieval=hybrid")
     out = capsys.readouterr().out
-    assert "index built in" in out and "BM25 index found cached in" in out
+    assert "index built:" in out and "BM25 index found cached:" in out
 
 
 def test_unknown_retrieval_mode_is_a_one_line_error(run_app, tiny_models, capsys):

@@ -91,7 +91,8 @@ def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, t
 
 def test_a_failing_question_is_recorded_and_counted(tmp_path):
     from eval.datasets import Question
-    from eval.experiment import RunOutput, build_results, scored_row
+    from eval.answering import RunOutput
+    from eval.experiment import build_results, scored_row
     from eval.predictions import PredictionLog
     from orthrus_rag.rag import Answer
     from hydra import compose, initialize_config_dir

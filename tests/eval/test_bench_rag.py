@@ -15,7 +15,9 @@ from eval.report import write_rag_reports
 from indexes import load_corpus
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import EngineConfig, EngineLike, PoolingParams, SamplingParams
-from orthrus_rag.stack import IndexSource
+from orthrus_rag.rag.embedding import EmbeddingRecipe
+from orthrus_rag.retrieval import RetrievalSettings
+from orthrus_rag.stack import IndexSource, StackPlan
 
 IRCOT = {"name": "ircot", "k": 2, "max_steps": 2, "max_passages": 4, "num_demos": 1, "passage_words": 20,
          "max_tokens": 4}
@@ -30,9 +32,10 @@ def tiny(generator, embedder) -> EngineConfig:
 def setup(tiny_llama_dir, tiny_encoder_dir, tmp_path_factory):
     questions = load_questions(demo_questions_path(), "all", 3)
     passages = load_corpus(demo_corpus_path())
-    index = IndexSource(tmp_path_factory.mktemp("index"), passages, "tiny-encoder")
+    index = IndexSource(tmp_path_factory.mktemp("index"), passages, "tiny-encoder", retrieval=RetrievalSettings("dense"))
     workload = RagWorkload(slo_s=5.0, warmup_questions=1, sample_interval_s=0.05, seed=3)
-    return RagSetup(tiny(tiny_llama_dir, tiny_encoder_dir), PoolingParams(), IRCOT, questions, index, workload)
+    plan = StackPlan(tiny(tiny_llama_dir, tiny_encoder_dir), EmbeddingRecipe(), index, {"ircot": IRCOT})
+    return RagSetup(plan, questions, workload)
 
 
 def test_rag_bench_end_to_end(setup, tmp_path):

@@ -76,7 +76,13 @@ def test_config_composes():
 
     from eval.bench.cli import workload_from_config
     from orthrus_rag.cli.common import CONF_DIR, UserError
-    from orthrus_rag.stack import engine_config, pooling_params
+    from orthrus_rag.stack import StackPlan
+
+    def engine_config(cfg):
+        return StackPlan.from_config(cfg, pipelines={}).engine
+
+    def pooling_params(cfg):
+        return StackPlan.from_config(cfg, pipelines={}).embedding.params
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         mixed = compose("bench")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from eval.distributed import merged
-from eval.experiment import RunOutput, main
+from eval.answering import RunOutput
+from eval.experiment import main
 from tests.cli.conftest import run_app, tiny_models  # noqa: F401 - the experiment app's fixtures
 
 pytestmark = pytest.mark.ray

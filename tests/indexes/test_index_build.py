@@ -69,26 +69,28 @@ class FakeEngine:
 
 
 async def test_engine_embedder_stacks_engine_outputs():
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
+
     engine, params = FakeEngine(), PoolingParams(pooling="mean")
-    vectors = await engine_embedder(engine, params)(["a", "bbb"])
+    vectors = await engine_embedder(engine, EmbeddingRecipe(params))(["a", "bbb"])
     assert vectors.dtype == np.float32 and vectors.tolist() == [[1, 1, 1], [3, 3, 3]]
-    assert [t for t, _ in engine.seen] == ["a", "bbb"] and all(p is params for _, p in engine.seen)
+    assert [t for t, _ in engine.seen] == ["a", "bbb"] and all(p == params for _, p in engine.seen)
 
 
 async def test_engine_embedder_puts_the_passage_prefix_first():
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
 
-    engine, params = FakeEngine(), RetrievalEmbedding(passage_prefix="passage: ", query_prefix="query: ")
+    engine, params = FakeEngine(), EmbeddingRecipe(passage_prefix="passage: ", query_prefix="query: ")
     await engine_embedder(engine, params)(["a"])
-    assert engine.seen == [("passage: a", params)]
+    assert engine.seen == [("passage: a", params.params)]
 
 
 async def test_engine_embedder_cuts_passages_at_passage_max_tokens():
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
 
     engine = FakeEngine()
-    await engine_embedder(engine, RetrievalEmbedding(model="backbone", passage_max_tokens=48))(["a"])
-    await engine_embedder(engine, RetrievalEmbedding(model="backbone"))(["b"])
+    await engine_embedder(engine, EmbeddingRecipe(PoolingParams(model="backbone"), passage_max_tokens=48))(["a"])
+    await engine_embedder(engine, EmbeddingRecipe(PoolingParams(model="backbone")))(["b"])
     assert [(text, params.truncate) for text, params in engine.seen] == [("a", 48), ("b", None)]
 
 

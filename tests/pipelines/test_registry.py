@@ -54,7 +54,7 @@ def test_conf_variants_are_checked_settings():
 
 
 def test_wrong_setting_types_are_errors_naming_the_key():
-    from orthrus_rag.stack import SettingError
+    from orthrus_rag.settings import SettingError
 
     with pytest.raises(SettingError, match=r"pipeline\.k: expected an integer, got 'abc'"):
         build_pipeline("standard_rag", None, ScriptedReasoner([]), k="abc")

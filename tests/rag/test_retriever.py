@@ -5,6 +5,7 @@ import pytest
 
 from orthrus_rag.engine import PoolingParams
 from orthrus_rag.rag import DenseRetriever, Passage
+from orthrus_rag.rag.embedding import EmbeddingRecipe
 
 
 @dataclass
@@ -34,7 +35,7 @@ class FakeIndex:
 async def test_dense_retriever_embeds_then_searches_one_row():
     engine, index = FakeEngine(), FakeIndex()
     pooling = PoolingParams(pooling="mean", model="backbone")
-    retriever = DenseRetriever(engine, index, pooling)
+    retriever = DenseRetriever(engine, index, EmbeddingRecipe(pooling))
     found = await retriever.retrieve("who wrote it", 3)
     assert [p.id for p in found] == ["p0", "p1", "p2"]
     assert engine.calls == [("who wrote it", pooling)]
@@ -47,7 +48,7 @@ async def test_dense_retriever_reports_query_tokens():
     retriever = DenseRetriever(FakeEngine(), FakeIndex())
     result = await retriever.retrieve_with_usage("a b c", 2)
     assert result.query_tokens == 3 and len(result.passages) == 2
-    assert retriever.pooling_params == PoolingParams()
+    assert retriever.embedding == EmbeddingRecipe(PoolingParams())
 
 
 @pytest.mark.parametrize("query, k", [("", 2), ("   ", 2), ("q", 0)])
@@ -57,34 +58,34 @@ async def test_dense_retriever_rejects_bad_arguments(query, k):
 
 
 async def test_dense_retriever_puts_the_query_prefix_first():
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
 
-    engine, params = FakeEngine(), RetrievalEmbedding(model="backbone", query_prefix="query: ", passage_prefix="p: ")
+    engine, params = FakeEngine(), EmbeddingRecipe(PoolingParams(model="backbone"), query_prefix="query: ", passage_prefix="p: ")
     await DenseRetriever(engine, FakeIndex(), params).retrieve("who wrote it", 1)
-    assert engine.calls == [("query: who wrote it", params)]
+    assert engine.calls == [("query: who wrote it", params.params)]
 
 
 def test_dense_retriever_refuses_an_index_embedded_another_way():
     from types import SimpleNamespace
 
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
     from orthrus_rag.rag.retriever import IndexRecipeError
 
-    params = RetrievalEmbedding(model="backbone", query_prefix="query: ", adapter="x@1")
+    params = EmbeddingRecipe(PoolingParams(model="backbone"), query_prefix="query: ", adapter="x@1")
     index = FakeIndex()
     index.manifest = SimpleNamespace(embedding=params.recipe())
     DenseRetriever(FakeEngine(), index, params)  # the same recipe: accepted
-    for other in (RetrievalEmbedding(model="backbone", pooling="last", query_prefix="query: ", adapter="x@1"),
-                  RetrievalEmbedding(model="backbone", adapter="x@1"),
-                  RetrievalEmbedding(model="backbone", query_prefix="query: "),
-                  RetrievalEmbedding(model="backbone", query_prefix="query: ", adapter="x@1", passage_max_tokens=64)):
+    for other in (EmbeddingRecipe(PoolingParams(model="backbone", pooling="last"), query_prefix="query: ", adapter="x@1"),
+                  EmbeddingRecipe(PoolingParams(model="backbone"), adapter="x@1"),
+                  EmbeddingRecipe(PoolingParams(model="backbone"), query_prefix="query: "),
+                  EmbeddingRecipe(PoolingParams(model="backbone"), query_prefix="query: ", adapter="x@1", passage_max_tokens=64)):
         with pytest.raises(IndexRecipeError, match="rebuild the index"):
             DenseRetriever(FakeEngine(), index, other)
 
 
 def test_recipe_names_passage_max_tokens_only_when_passages_are_cut():
-    from orthrus_rag.rag.embedding import RetrievalEmbedding
+    from orthrus_rag.rag.embedding import EmbeddingRecipe
 
-    whole, cut = RetrievalEmbedding(model="backbone"), RetrievalEmbedding(model="backbone", passage_max_tokens=64)
+    whole, cut = EmbeddingRecipe(PoolingParams(model="backbone")), EmbeddingRecipe(PoolingParams(model="backbone"), passage_max_tokens=64)
     assert "passage_max_tokens" not in whole.recipe() and cut.recipe()["passage_max_tokens"] == 64
-    assert cut.for_passages().truncate == 64 and cut.truncate is None  # queries are embedded whole
+    assert cut.for_passages().truncate == 64 and cut.params.truncate is None  # queries are embedded whole

@@ -7,17 +7,21 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from orthrus_rag.cli.common import CONF_DIR
-from orthrus_rag.engine import EngineConfig, PoolingParams
-from orthrus_rag.serving.cli import server_settings
+from orthrus_rag.engine import EngineConfig
+from orthrus_rag.serving.cli import server_settings, stack_plan
 from orthrus_rag.serving.errors import RagInputError
 from orthrus_rag.serving.rag_service import build_rag
-from orthrus_rag.serving.settings import RagSettings, served_name
-from orthrus_rag.stack import engine_config
+from orthrus_rag.serving.settings import served_name
+from tests.serving.conftest import rag_plan
 
 
 def config(*overrides: str):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="serve", overrides=list(overrides))
+
+
+def engine_config(cfg) -> EngineConfig:
+    return stack_plan(cfg, server_settings(cfg)).engine
 
 
 def test_defaults_bind_loopback_and_map_runtime_one_to_one(monkeypatch):
@@ -46,9 +50,8 @@ def test_served_names():
 
 
 async def test_real_rag_answers_with_passages_and_trace(engine, tmp_path):
-    settings = RagSettings(index_cache=str(tmp_path / "index"),
-                           pipelines={"standard_rag": {"k": 3, "max_tokens": 4, "num_demos": 0}})
-    rag = await build_rag(engine, settings, "tiny-encoder", PoolingParams())
+    plan = rag_plan(engine.config, tmp_path / "index", {"standard_rag": {"k": 3, "max_tokens": 4, "num_demos": 0}})
+    rag = await build_rag(engine, plan, "standard_rag")
     result = await rag("Which river flows through the capital?", None)
     assert isinstance(result.prediction, str) and len(result.passages) == 3
     assert [event.kind for event in result.trace] == ["retrieve", "reason"]

@@ -7,9 +7,11 @@ import threading
 import httpx
 import pytest
 
-from orthrus_rag.engine import EngineConfig, PoolingParams
+from orthrus_rag.engine import EngineConfig
+from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.serving.replica import ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
+from orthrus_rag.stack import StackPlan
 from tests.serving.test_ray_serve import free_port, replica_names, wait_until
 
 pytestmark = pytest.mark.ray
@@ -26,7 +28,7 @@ def test_a_replica_whose_engine_stalls_is_replaced(ray_cluster, tiny_llama_dir, 
     engine = EngineConfig(generator=str(tiny_llama_dir), embedder=str(tiny_encoder_dir), dtype="float32",
                           num_threads=1, stall_timeout_s=1e-6)
     settings = ServerSettings(port=free_port(), replicas=1, num_cpus=0.5, log_level="warning")
-    deploy(ReplicaSpec(engine, None, "tiny-encoder", PoolingParams()), settings, APP)
+    deploy(ReplicaSpec(StackPlan(engine, EmbeddingRecipe(), None, {}), None), settings, APP)
     url, stop = f"http://127.0.0.1:{settings.port}", threading.Event()
     first = replica_names(APP)
 

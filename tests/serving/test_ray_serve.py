@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
-from orthrus_rag.engine import EngineConfig, PoolingParams
+from orthrus_rag.engine import EngineConfig
 from orthrus_rag.serving.replica import ReplicaSpec
-from orthrus_rag.serving.settings import RagSettings, ServerSettings
+from orthrus_rag.serving.settings import ServerSettings
+from tests.serving.conftest import rag_plan
 
 pytestmark = pytest.mark.ray
 APP = "orthrus-rag-test"
@@ -56,11 +57,11 @@ def ray_url(ray_cluster, tiny_llama_dir, tiny_encoder_dir, tmp_path_factory):
 
     engine = EngineConfig(generator=str(tiny_llama_dir), embedder=str(tiny_encoder_dir), dtype="float32",
                           num_threads=1)
-    rag = RagSettings(index_cache=str(tmp_path_factory.mktemp("ray-index") / "index"),
-                      pipelines={"standard_rag": {"k": 3, "max_tokens": 4, "num_demos": 0}})
+    plan = rag_plan(engine, tmp_path_factory.mktemp("ray-index") / "index",
+                    {"standard_rag": {"k": 3, "max_tokens": 4, "num_demos": 0}})
     settings = ServerSettings(port=free_port(), replicas=2, num_cpus=0.5, default_max_tokens=16,
                               log_level="warning")
-    deploy(ReplicaSpec(engine, rag, "tiny-encoder", PoolingParams()), settings, APP)
+    deploy(ReplicaSpec(plan, "standard_rag"), settings, APP)
     url = f"http://127.0.0.1:{settings.port}"
     wait_until(lambda: metric(url, "orthrus_replicas").get("") == 2, 60, "the replicas did not report")
     yield url
