@@ -1,6 +1,9 @@
 """Composition policies on hand-built queue views."""
 import math
 
+import pytest
+
+from orthrus_rag.engine import EngineConfig
 from orthrus_rag.engine.policy import AdaptivePolicy, AlternatingPolicy, FCFSPolicy, LinearCost, QueueView, \
     WeightedPolicy
 
@@ -91,3 +94,14 @@ def test_adaptive_fills_the_budget_without_decodes_or_without_a_target():
     assert math.isclose(timed.cap, (0.1 - 0.01 - 0.0005 * 40) / 0.0005)
     untimed.plan(view(gen_head=0, emb_head=1, pending_gen=300.0, pending_emb=100.0, placed=40, decodes=8))
     assert untimed.cap == 256 and untimed.quota == {"embed": 128.0, "generate": 128.0}
+
+
+def test_an_unknown_policy_fails_before_any_model_loads():
+    from orthrus_rag.engine import InvalidRequestError, LLMEngine
+    from orthrus_rag.engine.policy import make_policy
+
+    config = EngineConfig(generator="/no/such/model", policy="fastest")
+    with pytest.raises(InvalidRequestError, match="runtime.policy must be one of .*'adaptive'.*got 'fastest'"):
+        make_policy(config)
+    with pytest.raises(InvalidRequestError, match="runtime.policy"):  # not the missing model
+        LLMEngine(config)
