@@ -1,6 +1,6 @@
 """Qwen2.5-Coder-0.5B-Instruct, assembled from six packages: the converted folder holds the GGUF's weights (q/k/v
 biases, an untied output layer, RoPE theta 1e6) and its ChatML template, and the engine's greedy tokens equal
-transformers `generate` in float32."""
+transformers `generate` in float32 and in bfloat16, on both CPU attention backends."""
 import re
 
 import pytest
@@ -78,16 +78,24 @@ def test_config_tokenizer_and_chat_template_come_from_the_gguf(qwen05_path, gguf
     assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_engine_greedy_matches_generate_float32(qwen05_path):
-    engine = LLMEngine(EngineConfig(generator=QWEN05, embedder=None, dtype="float32", max_num_batched_tokens=48))
-    model, tokenizer = load_generator(QWEN05, dtype="float32")
-    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in engine.eos_ids
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def reference(qwen05_path, request):
+    """(dtype, tokenizer, chat prompts, transformers' greedy tokens for them)."""
+    model, tokenizer = load_generator(QWEN05, dtype=request.param)
     prompts = [chat(tokenizer, q) for q in QUESTIONS]
+    return request.param, tokenizer, prompts, [hf_greedy(model, ids, 16) for ids in prompts]
+
+
+@pytest.mark.parametrize("backend", ["sdpa_in_place", "vllm_cpu"])
+def test_engine_greedy_matches_generate(reference, backend):
+    dtype, tokenizer, prompts, want = reference
+    engine = LLMEngine(EngineConfig(generator=QWEN05, embedder=None, dtype=dtype, max_num_batched_tokens=48,
+                                    attention_backend=backend))
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in engine.eos_ids
     for i, ids in enumerate(prompts):  # chunked prefills beside decodes and backbone embedding rows
         engine.add_request(f"g{i}", list(ids), SamplingParams(max_tokens=16))
         engine.add_request(f"e{i}", QUESTIONS[i], PoolingParams(model="backbone"))
     results = run_all(engine)
     assert engine.get_stats()["mixed_steps"] > 0
-    want = [hf_greedy(model, ids, 16) for ids in prompts]
     assert [results[f"g{i}"].token_ids for i in range(len(prompts))] == want
     assert "Paris" in tokenizer.decode(want[0])
