@@ -23,14 +23,14 @@ from pipelines.prompts import load_demos, load_prompt
 class IterRetGen(Pipeline):
     """Iterative retrieval-generation synergy; see the module docstring."""
 
-    k: int = 5
-    iterations: int = 3
+    k: int = 5  # passages retrieved per iteration
+    iterations: int = 3  # retrieve-generate rounds
     prompt: str = "cot_with_passages"
     demos: str = "demos.jsonl"
     num_demos: int = 2
     demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
-    passage_words: int = 60
-    max_tokens: int = 100
+    passage_words: int = 60  # words of each passage shown
+    max_tokens: int = 100  # per generation
 
     def __post_init__(self) -> None:
         if self.iterations < 1 or self.k < 1:

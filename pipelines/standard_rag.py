@@ -12,12 +12,12 @@ from pipelines.prompts import load_demos, load_prompt
 class StandardRAG(Pipeline):
     """One retrieval of `k` passages, one generation."""
 
-    k: int = 5
+    k: int = 5  # passages retrieved with the question
     prompt: str = "qa_with_passages"
     demos: str = "demos.jsonl"
     num_demos: int = 2
     demo_turns: bool = True  # demonstrations as earlier chat turns (false: inline in the prompt)
-    passage_words: int = 60
+    passage_words: int = 60  # words of each passage shown
     max_tokens: int = 32
 
     def __post_init__(self) -> None:

@@ -1,19 +1,37 @@
-"""What the Hydra apps share: the config folder, launching an app, and one-line exits for user mistakes
-(`UserError`). The stack an app runs is planned and built by `orthrus_rag.stack.StackPlan`."""
+"""What the Hydra apps share: the config folder with each pipeline's defaults registered from its class, launching
+an app, and one-line exits for user mistakes (`UserError`). The stack an app runs is planned and built by
+`orthrus_rag.stack.StackPlan`."""
 from __future__ import annotations
 
-import hydra
-
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
+import hydra
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from orthrus_rag.settings import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 T = TypeVar("T")
+
+
+def register_pipeline_defaults() -> None:
+    """Each pipeline's settings with its class's defaults as the config `pipeline/<name>_defaults`, which
+    conf/pipeline/<name>.yaml starts from: the class is their one source. Values are typed `Any` here; the
+    pipeline's own check (`check_settings`) names a wrong one."""
+    from pipelines import PIPELINES
+
+    for name, cls in PIPELINES.items():
+        settings = [(f.name, Any, dataclasses.field(default=f.default)) for f in dataclasses.fields(cls)
+                    if f.init and f.name not in ("retriever", "reasoner")]
+        node = dataclasses.make_dataclass(f"{cls.__name__}Settings", [("name", Any, name), *settings])
+        ConfigStore.instance().store(group="pipeline", name=f"{name}_defaults", node=node)
+
+
+register_pipeline_defaults()
 
 
 def fail(app: str, error: BaseException) -> NoReturn:
