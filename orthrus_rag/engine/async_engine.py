@@ -42,12 +42,35 @@ class _Waiter:
     queue: asyncio.Queue  # receives StepOutput deltas, the final one has finished=True
 
 
+@dataclass(frozen=True)
+class Add:
+    """Queue a prepared request under its engine key."""
+
+    key: str
+    request: PreparedRequest
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Stop a request and free its KV blocks (its caller gets RequestAbortedError)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop the loop after the commands before it (later Adds are refused)."""
+
+
+Command = Add | Abort | Shutdown  # what a caller's thread sends the loop thread
+
+
 class AsyncEngine:
     def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None):
         self.engine = engine or LLMEngine(config or EngineConfig())
         self.config = self.engine.config
         self.tokenizer = self.engine.tokenizer
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._waiters: dict[str, _Waiter] = {}  # engine key -> waiter
         self._keys: dict[str, str] = {}  # caller's request id -> engine key, while in flight
         self._ids = itertools.count()
@@ -90,7 +113,7 @@ class AsyncEngine:
     def abort(self, request_id: str) -> None:
         key = self._keys.get(request_id)
         if key is not None:
-            self._commands.put(("abort", key, None))
+            self._commands.put(Abort(key))
 
     def stats(self) -> dict:
         """Counters as of the last step (a copy, safe to read from any thread)."""
@@ -121,7 +144,7 @@ class AsyncEngine:
         `runtime.shutdown_timeout_s`) what is still in flight fails with EngineDeadError and the thread is left to
         stop at its next turn."""
         if self._thread.is_alive():
-            self._commands.put(("shutdown", None, None))
+            self._commands.put(Shutdown())
             self._thread.join(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
         if self._thread.is_alive():
             self._abandoned = True
@@ -156,7 +179,7 @@ class AsyncEngine:
             with self._lock:
                 del self._waiters[key], self._keys[rid]
             if not finished:  # the caller went away (cancelled, disconnected): free the request's blocks
-                self._commands.put(("abort", key, None))
+                self._commands.put(Abort(key))
 
     async def _prepare(self, prompt: Prompt, params) -> PreparedRequest:
         """Check and tokenise on the caller's side; a long text in a worker thread, so the caller's event loop (and
@@ -179,7 +202,7 @@ class AsyncEngine:
                                           "choose another id", "request_id")
             self._keys[rid] = key
             self._waiters[key] = _Waiter(asyncio.get_running_loop(), asyncio.Queue())
-            self._commands.put(("add", key, request))
+            self._commands.put(Add(key, request))
         return key, rid
 
     def _deliver(self, out: StepOutput) -> None:
@@ -242,20 +265,21 @@ class AsyncEngine:
         except queue.Empty:
             return shutdown
 
-    def _apply(self, command: tuple, accept: bool) -> bool:
-        op, rid, request = command
-        if op == "shutdown":
-            return True
-        if op == "abort":
-            if self.engine.abort(rid):
-                self._deliver(StepOutput(rid, finished=True, error=RequestAbortedError(f"request {rid} aborted")))
-            return False
-        try:
-            if not accept:
-                raise EngineDeadError("the engine is shutting down; no new requests are accepted")
-            self.engine.add_prepared(rid, request)
-        except Exception as err:
-            self._deliver(StepOutput(rid, finished=True, error=err))
+    def _apply(self, command: Command, accept: bool) -> bool:
+        """Apply one command on the loop thread; returns True for Shutdown."""
+        match command:
+            case Shutdown():
+                return True
+            case Abort(key):
+                if self.engine.abort(key):
+                    self._deliver(StepOutput(key, finished=True, error=RequestAbortedError(f"request {key} aborted")))
+            case Add(key, request):
+                try:
+                    if not accept:
+                        raise EngineDeadError("the engine is shutting down; no new requests are accepted")
+                    self.engine.add_prepared(key, request)
+                except Exception as err:
+                    self._deliver(StepOutput(key, finished=True, error=err))
         return False
 
 
