@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig
+
+from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.rag.types import Passage
+from orthrus_rag.settings import UserError, typed
 
 DEV_SIZE = 300
 SPLITS = ("dev", "test", "all")
@@ -187,3 +192,39 @@ def _paragraphs(context: Any) -> list[tuple[str, list[str]]]:
     if isinstance(context, dict):
         return list(zip(context.get("title", []), context.get("sentences", [])))
     return [(title, sentences) for title, sentences in context]
+
+
+@dataclass
+class DatasetSpec:
+    """The `dataset` group; `path` and `corpus` are made absolute (relative paths are from where the command was
+    run), null ones are the embedded demo set's."""
+
+    name: str
+    path: Path | None
+    corpus: Path | None
+    split: str
+    limit: int | None
+
+    def __post_init__(self) -> None:
+        self.path = _absolute(self.path) if self.path else demo_questions_path()
+        self.corpus = _absolute(self.corpus) if self.corpus else demo_corpus_path()
+
+    @classmethod
+    def from_config(cls, dataset: DictConfig) -> DatasetSpec:
+        return typed(cls, dataset, "dataset")
+
+
+def _absolute(path: str) -> Path:
+    return Path(to_absolute_path(path)).resolve()
+
+
+def read_questions(spec: DatasetSpec) -> list:
+    try:
+        questions = load_questions(spec.path, spec.split, spec.limit)
+    except (FileNotFoundError, DatasetError) as error:
+        raise UserError(f"dataset {spec.name!r}: {error}. Set dataset.path=<questions file> and "
+                        "dataset.corpus=<corpus file> (for dataset=2wiki, or ORTHRUS_RAG_DATA=<folder>)") from error
+    if not questions:
+        raise UserError(f"dataset {spec.name!r} has no questions in split {spec.split!r} of {spec.path} "
+                        f"(limit {spec.limit}): choose another dataset.split or dataset.limit")
+    return questions

@@ -72,11 +72,11 @@ def row_names(only: list[str] | None = None) -> list[str]:
 
 
 def run_experiments(names: list[str], runs: Path, results_dir: Path, overrides: list[str]) -> None:
-    """`python -m eval.experiment +experiment=leaderboard/<name>` for each row, one after another, each run into
+    """`python -m orthrus_rag.cli.run +experiment=leaderboard/<name>` for each row, one after another, each run into
     runs/<name>/ and its results.json saved as results_dir/<name>.json."""
     for name in tqdm(names, desc="leaderboard", unit="row"):
         run_dir = runs / name
-        args = [sys.executable, "-m", "eval.experiment", f"+experiment=leaderboard/{name}",
+        args = [sys.executable, "-m", "orthrus_rag.cli.run", f"+experiment=leaderboard/{name}",
                 f"hydra.run.dir={run_dir}", *overrides]
         tqdm.write(" ".join(args))
         if subprocess.run(args).returncode != 0:

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from eval.experiment import DatasetSpec, read_questions
+from eval.datasets import DatasetSpec, read_questions
 from eval.metrics import all_gold, passage_recall
 from eval.run_info import environment
 from orthrus_rag.cli.common import launch

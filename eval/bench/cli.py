@@ -49,7 +49,7 @@ def workload_from_config(cfg: DictConfig):
 def rag_setup(cfg: DictConfig):
     """The rag workload's questions, stack plan (engine, index, pipeline) and workload from the config."""
     from eval.bench.rag import RagSetup, RagWorkload
-    from eval.experiment import DatasetSpec, read_questions
+    from eval.datasets import DatasetSpec, read_questions
 
     check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)

@@ -17,7 +17,7 @@ SAME = ("id", "prediction", "passages", "scores", "calls", "error")
 
 
 def command(tiny_models: list[str], run_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "eval.experiment", *tiny_models, *SETTINGS, f"hydra.run.dir={run_dir}", *extra]
+    return [sys.executable, "-m", "orthrus_rag.cli.run", *tiny_models, *SETTINGS, f"hydra.run.dir={run_dir}", *extra]
 
 
 def env() -> dict:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.experiment import main
+from orthrus_rag.cli.run import main
 
 SMALL = ["dataset.limit=3", "pipeline.max_tokens=6", "pipeline.num_demos=0", "concurrency=2"]
 METRICS = {"em", "f1", "acc", "acc_substring", "recall", "all_gold"}
@@ -91,8 +91,8 @@ def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, t
 
 def test_a_failing_question_is_recorded_and_counted(tmp_path):
     from eval.datasets import Question
-    from eval.answering import RunOutput
-    from eval.experiment import build_results, scored_row
+    from orthrus_rag.cli.answering import RunOutput
+    from orthrus_rag.cli.run import build_results, scored_row
     from eval.predictions import PredictionLog
     from orthrus_rag.rag import Answer
     from hydra import compose, initialize_config_dir
@@ -119,7 +119,7 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
 
 def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
     missing = tmp_path / "nowhere" / "questions.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "eval.experiment", "dataset=2wiki", f"dataset.path={missing}",
+    proc = subprocess.run([sys.executable, "-m", "orthrus_rag.cli.run", "dataset=2wiki", f"dataset.path={missing}",
                            f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 2
@@ -132,7 +132,7 @@ def test_relative_2wiki_paths_resolve_from_where_the_command_runs(tmp_path, monk
     from hydra import compose, initialize_config_dir
 
     from orthrus_rag.cli.common import CONF_DIR
-    from eval.experiment import DatasetSpec
+    from eval.datasets import DatasetSpec
 
     monkeypatch.delenv("ORTHRUS_RAG_DATA", raising=False)
     monkeypatch.chdir(tmp_path)

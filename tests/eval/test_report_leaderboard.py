@@ -148,12 +148,12 @@ def test_header_names_differences_and_overlapping_runs(tmp_path):
 
 
 def fake_experiment(rows: dict[str, dict]):
-    """Stands in for `python -m eval.experiment`: writes the row's results.json into its hydra.run.dir."""
+    """Stands in for `python -m orthrus_rag.cli.run`: writes the row's results.json into its hydra.run.dir."""
     calls = []
 
     def run(args, **kwargs):
         calls.append(args)
-        assert args[:3] == [sys.executable, "-m", "eval.experiment"]
+        assert args[:3] == [sys.executable, "-m", "orthrus_rag.cli.run"]
         name = args[3].removeprefix("+experiment=leaderboard/")
         run_dir = Path(args[4].removeprefix("hydra.run.dir="))
         run_dir.mkdir(parents=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.distributed import merged
-from eval.answering import RunOutput
-from eval.experiment import main
+from orthrus_rag.cli.distributed import merged
+from orthrus_rag.cli.answering import RunOutput
+from orthrus_rag.cli.run import main
 from tests.cli.conftest import run_app, tiny_models  # noqa: F401 - the experiment app's fixtures
 
 pytestmark = pytest.mark.ray
@@ -97,7 +97,7 @@ class Ref:
 
 
 def test_a_dead_workers_shard_is_answered_by_a_survivor():
-    from eval.distributed import _answer_shards
+    from orthrus_rag.cli.distributed import _answer_shards
 
     questions, seen = list("abcdefg"), {}
     actors = [FakeActor("w0"), FakeActor("w1"), FakeActor("w2")]

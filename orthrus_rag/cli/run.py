@@ -4,7 +4,7 @@
     orthrus-rag pipeline=standard_rag pipeline.k=10
     orthrus-rag dataset=2wiki dataset.split=test dataset.limit=200
     orthrus-rag -m pipeline=no_retrieval,standard_rag,ircot,iter_retgen
-    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (eval/distributed.py)
+    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (orthrus_rag/cli/distributed.py)
     orthrus-rag dataset=2wiki hydra.run.dir=outputs/run1 resume=true   # continue an interrupted run
 
 Each answered question is appended to predictions.jsonl as it completes (eval/predictions.py); results.json is
@@ -15,64 +15,23 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from eval.answering import OnAnswer, RunOutput, answer_with
+from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
+from eval.datasets import DatasetSpec, read_questions
 from eval.predictions import PredictionLog
 from orthrus_rag.cli.common import UserError, launch
 from orthrus_rag.files import write_atomic
-from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import EngineLike
-from orthrus_rag.settings import typed
 from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag"
 TRACE_CHARS = 160
-
-
-@dataclass
-class DatasetSpec:
-    """The `dataset` group; `path` and `corpus` are made absolute (relative paths are from where the command was
-    run), null ones are the embedded demo set's."""
-
-    name: str
-    path: Path | None
-    corpus: Path | None
-    split: str
-    limit: int | None
-
-    def __post_init__(self) -> None:
-        self.path = _absolute(self.path) if self.path else demo_questions_path()
-        self.corpus = _absolute(self.corpus) if self.corpus else demo_corpus_path()
-
-    @classmethod
-    def from_config(cls, dataset: DictConfig) -> DatasetSpec:
-        return typed(cls, dataset, "dataset")
-
-
-def _absolute(path: str) -> Path:
-    return Path(to_absolute_path(path)).resolve()
-
-
-# ---- inputs -------------------------------------------------------------------------------------------------
-def read_questions(spec: DatasetSpec) -> list:
-    from eval.datasets import DatasetError, load_questions
-
-    try:
-        questions = load_questions(spec.path, spec.split, spec.limit)
-    except (FileNotFoundError, DatasetError) as error:
-        raise UserError(f"dataset {spec.name!r}: {error}. Set dataset.path=<questions file> and "
-                        "dataset.corpus=<corpus file> (for dataset=2wiki, or ORTHRUS_RAG_DATA=<folder>)") from error
-    if not questions:
-        raise UserError(f"dataset {spec.name!r} has no questions in split {spec.split!r} of {spec.path} "
-                        f"(limit {spec.limit}): choose another dataset.split or dataset.limit")
-    return questions
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
@@ -80,7 +39,7 @@ def execute(cfg: DictConfig, plan: StackPlan, questions: list, on_answer: OnAnsw
     """Answer `questions` with one engine and the stack `plan` builds on it (or, with `workers` > 1, with one on
     each of that many Ray actors)."""
     if num_workers(cfg) > 1:
-        from eval.distributed import answer_distributed
+        from orthrus_rag.cli.distributed import answer_distributed
 
         return answer_distributed(plan, questions, num_workers(cfg), cfg.concurrency, on_answer)
     engine = plan.start_engine()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from eval.answering import OnAnswer, RunOutput, answer_with
+from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from orthrus_rag.cluster import connect, index_lock, summed_stats
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
