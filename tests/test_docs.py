@@ -1,0 +1,40 @@
+"""Every Python block in README.md and docs/*.md runs as written, on the shipped models (pipelines/README.md has its
+own test). A block that talks to a server (`base_url=`) gets one on a free port in place of 127.0.0.1:8000."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOC_URL = "http://127.0.0.1:8000"
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    return [(f"{page.relative_to(ROOT)}#{i}", block) for page in PAGES
+            for i, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S))]
+
+
+def test_each_block_is_written_once():
+    blocks = [block for _, block in python_blocks()]
+    assert blocks and len(blocks) == len(set(blocks))
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    from orthrus_rag.engine import AsyncEngine, EngineConfig
+    from tests.serving.conftest import serving
+
+    with serving(AsyncEngine(EngineConfig()), owns_engine=True) as running:
+        yield running.url
+
+
+@pytest.mark.shipped
+@pytest.mark.parametrize("where, block", python_blocks(), ids=[where for where, _ in python_blocks()])
+def test_block_runs(where, block, request):
+    if "base_url=" in block:
+        assert DOC_URL in block, f"{where}: a client block should point at {DOC_URL}, the default server"
+        block = block.replace(DOC_URL, request.getfixturevalue("server_url"))
+    exec(compile(block, where, "exec"), {"__name__": "__main__"})
