@@ -161,7 +161,7 @@ def _engine_config(cfg: DictConfig) -> EngineConfig:
     (runtime keys map one to one; the embedding adapter is runtime.embedding_adapter, else embedder.adapter)."""
     from orthrus_rag.engine import InvalidRequestError
     from orthrus_rag.engine.policy import make_policy
-    from orthrus_rag.models.loading import resolve_dtype
+    from orthrus_rag.models.device import resolve_dtype
 
     runtime = plain(cfg.runtime)
     check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))

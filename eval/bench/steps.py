@@ -34,7 +34,7 @@ from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sampler import sample_batch
 from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.models import load_generator
-from orthrus_rag.models.loading import native_bf16
+from orthrus_rag.models.device import native_bf16
 
 
 PROFILE_TOP = 5

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from orthrus_rag.models.loading import cpu_flags
+from orthrus_rag.models.device import cpu_flags
 
 log = logging.getLogger(__name__)
 

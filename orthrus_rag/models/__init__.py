@@ -1,5 +1,6 @@
 """Model resolution and loading: shipped names or local folders."""
-from orthrus_rag.models.loading import load_embedder, load_generator, resolve_device, resolve_dtype, set_threads
+from orthrus_rag.models.device import resolve_device, resolve_dtype
+from orthrus_rag.models.loading import load_embedder, load_generator, set_threads
 from orthrus_rag.models.registry import (SHIPPED, ModelNotFoundError, cache_dir, resolve_adapter_path,
                                         resolve_model_path, shipped_adapters)
 

@@ -11,7 +11,7 @@ it runs at the real model's speed and its outputs mean nothing. Shapes ship as s
 - LoRA adapters (`adapter_config.json`): random LoRA weights written once into the cache, shaped from the base
   model named by `base_model_name_or_path`.
 
-`resolve_dummy(name)` gives the folder (config, tokenizer and, where written, weights) that the loaders and
+`resolve_dummy(name, resolve)` gives the folder (config, tokenizer and, where written, weights) that the loaders and
 transformers' `AutoTokenizer` read. `load_format=dummy` also applies to any local folder: its config with
 random weights (its own tokenizer when it has one).
 """
@@ -22,9 +22,14 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from orthrus_rag.files import cache_dir
+
+Resolve = Callable[[str], Path]  # a model name or folder -> its local folder (registry.resolve_model_path)
 
 PREFIX = "dummy:"
 LOAD_FORMATS = ("auto", "dummy")
@@ -65,34 +70,31 @@ def kind(folder: Path) -> str:
     raise DummyModelError(f"{folder} holds no config.json, modules.json or adapter_config.json")
 
 
-def resolve_dummy(name: str) -> Path:
-    """The folder of `dummy:<shape>`, written into the cache on first use (configs, tokenizer, small weights)."""
+def resolve_dummy(name: str, resolve: Resolve) -> Path:
+    """The folder of `dummy:<shape>`, written into the cache on first use (configs, tokenizer, small weights);
+    `resolve` finds the folder of a model a dummy adapter names as its base."""
     shape = name[len(PREFIX):] if name.lower().startswith(PREFIX) else name
     source = CONFIGS / shape.lower()
     if shape.lower() not in shapes():
         raise DummyModelError(f"no dummy shape {shape!r}; shipped shapes: {', '.join(PREFIX + s for s in shapes())}")
-    return materialize(source, f"{shape.lower()}-{_digest(source)}")
+    return materialize(source, f"{shape.lower()}-{_digest(source)}", resolve)
 
 
-def dummy_embedder_folder(name: str | os.PathLike) -> Path:
+def dummy_embedder_folder(name: str | os.PathLike, resolve: Resolve) -> Path:
     """The folder of a dummy embedder: `dummy:<shape>`, or a random-weights copy of any sentence-transformers
-    folder (a shipped name or a path) in the cache."""
-    from orthrus_rag.models.registry import resolve_model_path
-
+    folder (a shipped name or a path, found by `resolve`) in the cache."""
     if str(name).lower().startswith(PREFIX):
-        return resolve_dummy(str(name))
-    source = resolve_model_path(name)
+        return resolve_dummy(str(name), resolve)
+    source = resolve(name)
     if kind(source) != "embedder":
         raise DummyModelError(f"{source} is no sentence-transformers folder (no modules.json)")
-    return materialize(source, f"{source.name}-{_digest(source)}")
+    return materialize(source, f"{source.name}-{_digest(source)}", resolve)
 
 
-def materialize(source: Path, key: str) -> Path:
+def materialize(source: Path, key: str, resolve: Resolve) -> Path:
     """A cache folder holding `source`'s files without weights, the SmolLM2 tokenizer where `source` has none, and
     random weights for embedders and adapters; written once (safe when processes race)."""
     from filelock import FileLock
-
-    from orthrus_rag.models.registry import cache_dir
 
     target = cache_dir() / "dummy" / key
     if (target / ".complete").exists():
@@ -102,7 +104,7 @@ def materialize(source: Path, key: str) -> Path:
         if not (target / ".complete").exists():
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp-"))
             try:
-                _fill(source, tmp)
+                _fill(source, tmp, resolve)
                 (tmp / ".complete").touch()
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(tmp, target)
@@ -111,11 +113,11 @@ def materialize(source: Path, key: str) -> Path:
     return target
 
 
-def _fill(source: Path, target: Path) -> None:
+def _fill(source: Path, target: Path, resolve: Resolve) -> None:
     shutil.copytree(source, target, dirs_exist_ok=True, ignore=_weights_and_models)
     what = kind(target)
     if what == "adapter":
-        _write_lora(target)
+        _write_lora(target, resolve)
         return
     module = target / _transformer_path(target) if what == "embedder" else target
     if not _has_tokenizer(module):
@@ -194,15 +196,13 @@ def _write_encoder(module: Path) -> None:
     random_model(config, AutoModel, torch.float32, "cpu").save_pretrained(module)
 
 
-def _write_lora(folder: Path) -> None:
+def _write_lora(folder: Path, resolve: Resolve) -> None:
     """Random LoRA A and B matrices (peft's key names) for every target Linear of the base model's shape."""
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from orthrus_rag.models.registry import resolve_model_path
-
     adapter = json.loads((folder / "adapter_config.json").read_text())
-    base = AutoConfig.from_pretrained(resolve_model_path(adapter["base_model_name_or_path"]))
+    base = AutoConfig.from_pretrained(resolve(adapter["base_model_name_or_path"]))
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(base)
     generator = torch.Generator().manual_seed(SEED)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
-from platformdirs import user_cache_dir
+
+from orthrus_rag.files import cache_dir
 
 DUMMY_PREFIX = "dummy:"  # dummy shapes: orthrus_rag/models/dummy.py
 
@@ -91,11 +92,6 @@ def resolve_adapter_path(name_or_path: str | os.PathLike) -> Path:
     return Path(key).expanduser()
 
 
-def cache_dir() -> Path:
-    """Where converted models live: $ORTHRUS_RAG_CACHE, else the user's cache directory."""
-    return Path(os.environ.get("ORTHRUS_RAG_CACHE") or user_cache_dir("orthrus-rag"))
-
-
 def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     """The local folder for a shipped model name (converting on first use), a dummy shape (`dummy:<shape>`,
     see models/dummy.py) or an existing path."""
@@ -104,7 +100,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
         from orthrus_rag.models.dummy import DummyModelError, resolve_dummy
 
         try:
-            return resolve_dummy(key)
+            return resolve_dummy(key, resolve_model_path)
         except DummyModelError as error:
             raise ModelNotFoundError(str(error)) from error
     if key.lower() in SHIPPED:
@@ -187,7 +183,7 @@ def store_dtype(model: ShippedModel) -> str:
         if forced not in STORE_SUFFIX:
             raise ValueError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}; got {forced!r}")
         return forced
-    from orthrus_rag.models.loading import native_bf16, resolve_device
+    from orthrus_rag.models.device import native_bf16, resolve_device
 
     return "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
 

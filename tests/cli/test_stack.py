@@ -62,7 +62,7 @@ def test_bad_passage_max_tokens_is_a_user_error(value):
 
 
 def test_the_recipe_and_the_cache_folder_name_the_dtype_embedded_in(tmp_path):
-    from orthrus_rag.models.loading import cpu_has_bf16
+    from orthrus_rag.models.device import cpu_has_bf16
 
     auto = "bfloat16" if cpu_has_bf16() else "float32"  # runtime.dtype auto, resolved once, for engine and index
     assert embedding(config("minilm")).recipe()["dtype"] == auto == engine_config(config("minilm")).dtype

@@ -81,10 +81,10 @@ def test_parts_join_in_order_and_are_checked(tmp_path, monkeypatch, size_delta, 
 
 @pytest.mark.parametrize("has_bf16,want", [(True, "bfloat16"), (False, "float32")])
 def test_native_store_follows_the_machine_smollm2_stays_float32(monkeypatch, has_bf16, want):
-    from orthrus_rag.models import loading
+    from orthrus_rag.models import device
 
-    monkeypatch.setattr(loading, "cpu_has_bf16", lambda: has_bf16)
-    monkeypatch.setattr(loading.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(device.torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("ORTHRUS_RAG_STORE_DTYPE", raising=False)
     assert registry.store_dtype(QWEN05) == want
     assert registry.converted_path(QWEN05, want).name == f"qwen2.5-coder-0.5b-instruct-{registry.STORE_SUFFIX[want]}"

@@ -2,24 +2,24 @@
 import pytest
 import torch
 
-from orthrus_rag.models import loading
-from orthrus_rag.models.loading import resolve_dtype
+from orthrus_rag.models import device
+from orthrus_rag.models.device import resolve_dtype
 
 
 @pytest.mark.parametrize("has_bf16,want", [(True, torch.bfloat16), (False, torch.float32)])
 def test_auto_on_cpu_follows_the_cpu_flags(monkeypatch, has_bf16, want):
-    monkeypatch.setattr(loading, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: has_bf16)
     assert resolve_dtype("auto", "cpu") == want
     assert resolve_dtype("auto", torch.device("cpu")) == want
 
 
 def test_auto_on_cuda_is_bfloat16(monkeypatch):
-    monkeypatch.setattr(loading, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
 
 
 def test_named_dtypes_ignore_the_machine(monkeypatch):
-    monkeypatch.setattr(loading, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
     assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16 and resolve_dtype("float32") == torch.float32
     with pytest.raises(ValueError, match="dtype must be one of"):
         resolve_dtype("float8")
@@ -27,9 +27,9 @@ def test_named_dtypes_ignore_the_machine(monkeypatch):
 
 def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    monkeypatch.setattr(loading, "Path", lambda _: cpuinfo)
+    monkeypatch.setattr(device, "Path", lambda _: cpuinfo)
     for flags, want in [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16", True), ("avx2 amx_bf16 amx_tile", True)]:
         cpuinfo.write_text(f"processor : 0\nflags : {flags}\n")
-        loading.cpu_flags.cache_clear()
-        assert loading.cpu_has_bf16() is want, flags
-    loading.cpu_flags.cache_clear()
+        device.cpu_flags.cache_clear()
+        assert device.cpu_has_bf16() is want, flags
+    device.cpu_flags.cache_clear()

@@ -1,0 +1,49 @@
+"""The machine's device and its fast dtype: `auto` resolved from CUDA's presence and the CPU's instruction flags."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "auto") -> torch.dtype:
+    """'auto' is the machine's fast type: bfloat16 on GPUs and on CPUs with AMX or AVX512-BF16 (2-3x faster than
+    float32 there), float32 on other CPUs (where a bf16 matrix product was ~10x slower than float32)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        device = resolve_device(device) if isinstance(device, str) else device
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 matrix products are native on `device` (on an AVX2-only CPU they were ~10x slower than fp32)."""
+    return device.type != "cpu" or cpu_has_bf16()
+
+
+def cpu_has_bf16() -> bool:
+    """The CPU has AVX512-BF16 or AMX."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags, read once from /proc/cpuinfo (none where it cannot be read)."""
+    try:
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return frozenset()
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' is cuda when a GPU is visible, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
