@@ -13,6 +13,7 @@ request. A replica that dies fails the calls it held with a 503 (`replica_unavai
 the live replicas. Each replica pushes its counters to a small stats actor every STATS_PERIOD_S; a replica silent for
 STATS_MAX_AGE_S no longer counts. More families: `orthrus_replicas` (replicas reporting), and with a `replica` label
 `orthrus_replica_running_requests` and `orthrus_replica_engine_steps`. A replaced replica's counters restart at zero.
+Each replica sends its new engine steps with its counters; `/v1/engine/steps` lists them by replica.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -34,6 +36,7 @@ from orthrus_rag.cluster import summed_stats
 from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
+from orthrus_rag.engine.step_log import StepRecord
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
@@ -44,6 +47,7 @@ APP_NAME = "orthrus-rag"
 NAMESPACE = "orthrus_rag"  # where the stats actor lives
 STATS_PERIOD_S = 0.5
 STATS_MAX_AGE_S = 3.0
+STEPS_KEPT = 256  # engine steps of each replica the stats actor keeps for GET /v1/engine/steps
 INGRESS_MAX_ONGOING = 4096  # HTTP requests in flight on the ingress (Ray Serve's default, 5, would queue the rest)
 REPLICA_MAX_ONGOING = 1024  # calls in flight on one replica: the engine batches them (runtime.max_waiting bounds it)
 HEALTH_CHECK_PERIOD_S = 2.0
@@ -74,18 +78,25 @@ def _translating() -> Iterator[None]:
 # ---- replica counters -----------------------------------------------------------------------------------------------
 @ray.remote(num_cpus=0)
 class StatsBoard:
-    """The latest `engine.stats()` of each replica, with when it came."""
+    """The latest `engine.stats()` of each replica, with when it came, and its last STEPS_KEPT engine steps."""
 
     def __init__(self):
         self.rows: dict[str, tuple[float, dict]] = {}
+        self.steps: dict[str, deque[StepRecord]] = {}
 
-    def put(self, replica: str, stats: dict) -> None:
+    def put(self, replica: str, stats: dict, steps: list[StepRecord] = ()) -> None:
         self.rows[replica] = (time.monotonic(), stats)
+        self.steps.setdefault(replica, deque(maxlen=STEPS_KEPT)).extend(steps)
 
     def live(self, max_age_s: float) -> dict[str, dict]:
         now = time.monotonic()
         self.rows = {r: row for r, row in self.rows.items() if now - row[0] <= max_age_s}
+        self.steps = {r: steps for r, steps in self.steps.items() if r in self.rows}
         return {r: stats for r, (_, stats) in self.rows.items()}
+
+    def recent_steps(self) -> dict[str, list[StepRecord]]:
+        """Each live replica's last steps (as of its last report), oldest first."""
+        return {r: list(steps) for r, steps in self.steps.items()}
 
 
 def board_name(app_name: str) -> str:
@@ -121,6 +132,7 @@ class ReplicaClient:
         self.handle, self.config, self.board = handle, spec.engine, board
         self.tokenizer, self._dims = info.tokenizer, info.embedding_dims
         self.replica_stats: dict[str, dict] = {}
+        self._steps: dict[str, list[StepRecord]] = {}
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None) -> GenerateOutput:
         return await self._call(self.handle.generate.remote(prompt, params or SamplingParams()))
@@ -158,10 +170,15 @@ class ReplicaClient:
     def shutdown(self) -> None:
         """Nothing to do: Ray Serve stops the replicas."""
 
+    def replica_steps(self) -> dict[str, list[StepRecord]]:
+        """Each replica's last engine steps, as of the last poll (GET /v1/engine/steps)."""
+        return self._steps
+
     async def poll_stats(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # a restarting stats actor: keep the last counters
                 self.replica_stats = await self.board.live.remote(STATS_MAX_AGE_S)
+                self._steps = await self.board.recent_steps.remote()
             await asyncio.sleep(STATS_PERIOD_S)
 
     @staticmethod
@@ -186,9 +203,12 @@ class ServeEngineReplica(EngineReplica):
         self._pusher = asyncio.get_running_loop().create_task(self._push_stats())
 
     async def _push_stats(self) -> None:
+        pushed = 0  # the last step id sent
         while True:
             with contextlib.suppress(Exception):
-                await self._board.put.remote(self._name, self.stats())
+                steps = self.engine.steps(pushed, STEPS_KEPT)
+                await self._board.put.remote(self._name, self.stats(), steps)
+                pushed = steps[-1].id if steps else pushed
             await asyncio.sleep(STATS_PERIOD_S)
 
     def __del__(self) -> None:  # Ray Serve calls it when the replica is stopped

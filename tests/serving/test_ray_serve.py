@@ -110,6 +110,8 @@ async def test_two_replicas_answer_as_the_single_process_server(ray_url, server)
     time.sleep(1.0)  # a stats period: the replicas' counters reach the ingress
     after = metric(ray_url, "orthrus_replica_engine_steps")
     assert len(after) == 2 and all(after[r] > before.get(r, 0) for r in after)  # both replicas did work
+    feed = httpx.get(f"{ray_url}/v1/engine/steps", timeout=10).json()["replicas"]
+    assert len(feed) == 2 and all(r["steps"] for r in feed)  # each replica's own steps
     models = httpx.get(f"{ray_url}/v1/models", timeout=10).json()
     assert {m["id"] for m in models["data"]} == {model, embedder}
 

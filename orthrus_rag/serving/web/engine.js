@@ -12,7 +12,7 @@ const KINDS = [  // bottom to top
 ];
 const HEIGHT = 160;
 const BAR = 6;
-const MIN_HEIGHT = 2;  // a few decode tokens beside a 512-token prefill chunk stay visible
+const MIN_HEIGHT = 1;
 
 export class EngineView {
   constructor(container, legend, { keep = 120, periodMs = 500 } = {}) {
@@ -73,10 +73,12 @@ function draw(replica) {
   const offset = keep - steps.length;
   const bars = [];
   steps.forEach((step, i) => {
+    const total = step.tokens.decode + step.tokens.prefill + step.tokens.embed;
+    const height = (HEIGHT * Math.sqrt(total)) / Math.sqrt(scale);  // square root: a few decodes stay visible
     let y = HEIGHT;
     for (const [cls, , count] of KINDS) {
       if (count(step) <= 0) continue;
-      const h = Math.max(MIN_HEIGHT, (HEIGHT * count(step)) / scale);
+      const h = Math.max(MIN_HEIGHT, (height * count(step)) / total);
       y -= h;
       const rect = document.createElementNS(SVG, "rect");
       for (const [k, v] of Object.entries({ x: (offset + i) * BAR, y, width: BAR - 1, height: h, class: cls,
