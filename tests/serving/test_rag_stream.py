@@ -169,6 +169,20 @@ def test_the_page_and_its_files_are_served_and_the_stream_is_documented(rag_serv
     assert "Passage" in schema["components"]["schemas"]
 
 
+def test_a_dataset_given_at_start_is_offered_beside_the_demo_set(serve_app, engine, tmp_path):
+    rows = [{"id": f"q{i}", "question": f"Question {i}?", "answer": f"A{i}", "gold_titles": [f"T{i}"]}
+            for i in range(3)]
+    dataset = tmp_path / "questions.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    settings = ServerSettings(ui={"dataset": str(dataset), "dataset_split": "all", "dataset_limit": 2})
+    with serve_app(engine, settings, _answerer(served_pipelines(engine), "standard_rag")) as running:
+        listed = httpx.get(f"{running.url}/v1/rag/examples", params={"source": "dataset"}).json()
+        assert listed["sources"] == ["dataset", "demo"] and [q["id"] for q in listed["data"]] == ["dataset:q0",
+                                                                                                "dataset:q1"]
+        streamed = events(running.url, {"question": "Question 1?", "example": "dataset:q1"})
+        assert streamed[-2]["score"]["gold"] == "A1" and streamed[-2]["score"]["gold_titles"] == ["T1"]
+
+
 def test_without_the_ui_there_is_no_page(serve_app, engine):
     with serve_app(engine, ServerSettings(ui={"enabled": False})) as running:
         assert httpx.get(f"{running.url}/").status_code == 404

@@ -2,6 +2,7 @@
 set with the shipped models (one server for the module), and a key-protected server on the tiny models."""
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orthrus_rag.rag import Answer
 from orthrus_rag.serving import ServerSettings
 from tests.serving.conftest import API_KEY, fake_rag
 
@@ -153,3 +155,20 @@ def test_the_page_asks_for_the_api_key_once_and_keeps_it_in_the_tab(page, serve_
         page.reload()
         page.wait_for_selector("#pipeline option", state="attached")
         assert page.is_hidden("#key-form")
+
+
+async def slow_rag(question: str, pipeline: str | None) -> Answer:
+    await asyncio.sleep(30)
+    return Answer(question, "too late")
+
+
+def test_a_deadline_and_a_lost_server_show_messages(page, serve_app, engine):
+    with serve_app(engine, ServerSettings(request_timeout_s=1.0), rag=slow_rag) as running:
+        open_page(page, running.url)
+        page.fill("#question", "Which river?")
+        page.click("#ask-button")
+        page.wait_for_function("document.getElementById('message').textContent.includes('longer than the server')")
+        assert page.is_enabled("#ask-button")
+    page.click("#ask-button")  # the server is gone now
+    page.wait_for_function("document.getElementById('message').textContent.includes('Lost the connection')")
+    assert page.is_enabled("#ask-button")

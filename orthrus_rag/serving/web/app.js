@@ -98,39 +98,45 @@ async function runInto(container, body) {
   }
 }
 
-async function ask(event) {
+// Runs a form's question: an empty one is a message, the button is off while it runs, failures are messages.
+async function submit(event, { input, button, empty, run }) {
   event.preventDefault();
-  const question = $("question").value.trim();
+  const question = $(input).value.trim();
   if (!question) {
-    showMessage("Type a question first (or pick one of the examples).");
+    showMessage(empty);
     return;
   }
   showMessage("");
-  $("ask-button").disabled = true;
+  $(button).disabled = true;
   try {
-    await runInto($("ask-result"), requestBody(question, $("pipeline").value));
+    await run(question);
   } catch (err) {
     handleError(err);
   } finally {
-    $("ask-button").disabled = false;
+    $(button).disabled = false;
   }
 }
 
-async function compare(event) {
-  event.preventDefault();
-  const question = $("compare-question").value.trim();
-  if (!question) {
-    showMessage("Type a question to compare the two pipelines on.");
-    return;
-  }
-  showMessage("");
-  $("compare-button").disabled = true;
+function ask(event) {
+  return submit(event, {
+    input: "question", button: "ask-button", empty: "Type a question first (or pick one of the examples).",
+    run: (question) => runInto($("ask-result"), requestBody(question, $("pipeline").value)),
+  });
+}
+
+function compare(event) {
+  return submit(event, {
+    input: "compare-question", button: "compare-button", empty: "Type a question to compare the two pipelines on.",
+    run: compareBoth,
+  });
+}
+
+async function compareBoth(question) {
   const sides = [["compare-left", "compare-left-result"], ["compare-right", "compare-right-result"]];
   const results = await Promise.allSettled(sides.map(([pick, out]) => runInto($(out), { question,
                                                                                          pipeline: $(pick).value })));
   const failed = results.find((r) => r.status === "rejected");
-  if (failed) handleError(failed.reason);
-  $("compare-button").disabled = false;
+  if (failed) throw failed.reason;
 }
 
 // ---- start -------------------------------------------------------------------------------------------------------
