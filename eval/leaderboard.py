@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orthrus_rag.cli.common import CONF_DIR
+from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.files import write_atomic
 
 ROWS_DIR = CONF_DIR / "experiment" / "leaderboard"

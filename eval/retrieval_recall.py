@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from eval.datasets import DatasetSpec, read_questions
 from eval.metrics import all_gold, passage_recall
 from eval.run_info import environment
-from orthrus_rag.cli.common import launch
+from orthrus_rag.launch import launch
 from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import IndexSource, StackPlan

@@ -19,10 +19,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("orthrus_rag/rag/",),
     ("indexes/", "pipelines/", "orthrus_rag/training/"),
     ("orthrus_rag/retrieval.py",),
-    ("orthrus_rag/stack.py", "orthrus_rag/cluster.py"),
-    ("eval/datasets.py", "eval/metrics.py", "eval/predictions.py", "eval/run_info.py",
-     "eval/load.py"),
-    ("orthrus_rag/cli/", "orthrus_rag/serving/", "eval/"),  # the apps
+    ("orthrus_rag/stack.py", "orthrus_rag/cluster.py", "orthrus_rag/launch.py"),
+    ("eval/",),  # datasets, metrics, benchmarks, reports, the leaderboard
+    ("orthrus_rag/cli/",),  # orthrus-rag, -index, -train-adapter
+    ("orthrus_rag/serving/",),  # orthrus-rag-serve
 ]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from omegaconf import OmegaConf
 
-from orthrus_rag.cli.common import CONF_DIR
+from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.rag import DenseRetriever
 from orthrus_rag.rag.bm25_retriever import BM25Retriever
 from orthrus_rag.rag.fusion import reciprocal_rank_fusion

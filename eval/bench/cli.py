@@ -22,7 +22,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.cli.common import UserError, launch
+from orthrus_rag.launch import UserError, launch
 from orthrus_rag.settings import typed
 from orthrus_rag.stack import StackPlan
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from indexes.bm25_index import BM25_MANIFEST_FILE
 from indexes.manifest import MANIFEST_FILE
-from orthrus_rag.cli.common import launch
+from orthrus_rag.launch import launch
 from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag-index"

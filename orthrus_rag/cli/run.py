@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from eval.datasets import DatasetSpec, read_questions
 from eval.predictions import PredictionLog
-from orthrus_rag.cli.common import UserError, launch
+from orthrus_rag.launch import UserError, launch
 from orthrus_rag.files import write_atomic
 from orthrus_rag.engine import EngineLike
 from orthrus_rag.stack import StackPlan

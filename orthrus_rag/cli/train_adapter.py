@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from orthrus_rag.cli.common import launch
+from orthrus_rag.launch import launch
 from orthrus_rag.models import ModelNotFoundError
 from orthrus_rag.settings import UserError, plain, typed
 from orthrus_rag.training import PairSource, TrainResult, TrainSettings, train_adapter

@@ -36,7 +36,7 @@ class Pipeline(ABC):
     """A way of answering a question with a retriever and a reasoner.
 
     A subclass is a `@dataclass(kw_only=True)` whose fields are its settings, with the defaults the project
-    reports (conf/pipeline/<name>.yaml starts from them: orthrus_rag/cli/common.py), and writes
+    reports (conf/pipeline/<name>.yaml starts from them: orthrus_rag/launch.py), and writes
     `async answer(question) -> Answer`, calling `self.retrieve` and `self.reason`: every such call is
     recorded in the answer's trace and the answer's latency is measured, without extra code.
     """

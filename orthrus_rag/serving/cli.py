@@ -13,7 +13,7 @@ import logging
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from orthrus_rag.cli.common import launch
+from orthrus_rag.launch import launch
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
 from orthrus_rag.settings import UserError

@@ -97,7 +97,7 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
     from orthrus_rag.rag import Answer
     from hydra import compose, initialize_config_dir
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config")
@@ -131,7 +131,7 @@ def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
 def test_relative_2wiki_paths_resolve_from_where_the_command_runs(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
     from eval.datasets import DatasetSpec
 
     monkeypatch.delenv("ORTHRUS_RAG_DATA", raising=False)
@@ -157,7 +157,7 @@ def test_shipped_models_answer_two_demo_questions(run_app, tmp_path):
 def test_2wiki_experiment_selects_the_reported_setting():
     from hydra import compose, initialize_config_dir
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["+experiment=2wiki_test", "pipeline=standard_rag"])

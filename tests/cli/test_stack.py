@@ -7,7 +7,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from orthrus_rag.cli.common import CONF_DIR
+from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.rag.types import Passage
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan, default_index_folder

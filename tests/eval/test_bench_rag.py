@@ -123,7 +123,7 @@ def test_rag_config_composes():
     from hydra import compose, initialize_config_dir
 
     from eval.bench.cli import rag_rates
-    from orthrus_rag.cli.common import CONF_DIR, UserError
+    from orthrus_rag.launch import CONF_DIR, UserError
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         one = compose("bench", overrides=["workload=rag", "pipeline=standard_rag", "dataset=2wiki", "rate=0.3"])

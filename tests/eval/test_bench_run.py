@@ -75,7 +75,7 @@ def test_config_composes():
     from hydra import compose, initialize_config_dir
 
     from eval.bench.cli import workload_from_config
-    from orthrus_rag.cli.common import CONF_DIR, UserError
+    from orthrus_rag.launch import CONF_DIR, UserError
     from orthrus_rag.stack import StackPlan
 
     def engine_config(cfg):

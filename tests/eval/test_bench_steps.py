@@ -11,7 +11,7 @@ def workload_from_conf(overrides=()) -> StepsWorkload:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("bench", overrides=["workload=steps", *overrides])

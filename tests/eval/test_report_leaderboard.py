@@ -76,7 +76,7 @@ def test_a_row_run_over_ray_workers_says_so(tmp_path):
 def test_workers_reach_every_row_run(tmp_path, monkeypatch, capsys):
     from hydra import compose, initialize_config_dir
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     calls = []
     monkeypatch.setattr(leaderboard.subprocess, "run",
@@ -209,7 +209,7 @@ def test_a_failed_row_is_a_clear_error(tmp_path, monkeypatch, capsys):
 def test_row_configs_compose_and_pin_what_changes_a_number():
     from hydra import compose, initialize_config_dir
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for name in row_names():

@@ -29,7 +29,7 @@ def pipeline_group(option: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_container(compose("config", overrides=[f"pipeline={option}"]).pipeline)
@@ -45,7 +45,7 @@ def test_conf_file_holds_the_class_defaults(name):
 
 
 def test_conf_variants_are_checked_settings():
-    from orthrus_rag.cli.common import CONF_DIR
+    from orthrus_rag.launch import CONF_DIR
 
     for path in sorted((CONF_DIR / "pipeline").glob("*.yaml")):
         group = pipeline_group(path.stem)

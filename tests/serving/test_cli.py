@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 from hydra import compose, initialize_config_dir
 
-from orthrus_rag.cli.common import CONF_DIR
+from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.engine import EngineConfig
 from orthrus_rag.serving.cli import server_settings, stack_plan
 from orthrus_rag.serving.errors import RagInputError

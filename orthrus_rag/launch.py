@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from orthrus_rag.settings import UserError
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 T = TypeVar("T")
 
 
