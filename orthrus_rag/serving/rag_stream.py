@@ -31,14 +31,13 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
     task = asyncio.ensure_future(run())
     task.add_done_callback(lambda _: events.put_nowait(None))
     yield StartEvent(question=question, pipeline=pipeline).model_dump()
+    end = None if remaining_s is None else asyncio.get_running_loop().time() + _stream_timeout(remaining_s)
+    timeline = Timeline()
     try:
-        async with asyncio.timeout(_stream_timeout(remaining_s)):
-            timeline = Timeline()
-            while (event := await events.get()) is not None:
-                timeline.add(event)
-                yield live_event(event)
-            result = task.result()
-        yield _answer_event(result, timeline.close(time.perf_counter() - started), example).model_dump()
+        while (event := await _next(events, end)) is not None:
+            timeline.add(event)
+            yield live_event(event)
+        yield _answer_event(task.result(), timeline.close(time.perf_counter() - started), example).model_dump()
     except TimeoutError:
         yield _error(APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: server.request_timeout_s "
                                    "or the request's timeout) and was stopped", "timeout_error",
@@ -53,10 +52,15 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
             await asyncio.wait([task])
 
 
-def _stream_timeout(remaining_s: float | None) -> float | None:
-    if remaining_s is None:
-        return None
+def _stream_timeout(remaining_s: float) -> float:
     return max(0.0, remaining_s - min(DEADLINE_MARGIN_S, remaining_s / 10))
+
+
+async def _next(events: asyncio.Queue, end: float | None):
+    """The next event, waiting no later than `end` (event-loop time; None: no limit); TimeoutError past it."""
+    if end is None:
+        return await events.get()
+    return await asyncio.wait_for(events.get(), max(0.0, end - asyncio.get_running_loop().time()))
 
 
 def _answer_event(answer: Answer, timeline: Timeline, example: Question | None) -> AnswerEvent:
