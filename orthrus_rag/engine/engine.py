@@ -19,10 +19,9 @@ from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.embedder_runner import EmbedderRunner
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.model_runner import ModelRunner
-from orthrus_rag.engine.output import StepOutput, check_stop, take_delta
+from orthrus_rag.engine.output import StepOutput, append_token, embed_output, generate_output, take_delta
 from orthrus_rag.engine.policy import make_policy
-from orthrus_rag.engine.request import (EmbedOutput, FinishReason, GenerateOutput, PoolingParams, RequestTimings,
-                                        SamplingParams, Usage)
+from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
 from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Kind, Sequence
@@ -194,27 +193,18 @@ class LLMEngine:
         return self._append_token(seq, token)
 
     def _append_token(self, seq: Sequence, token: int) -> StepOutput:
-        seq.output_ids.append(token)
-        seq.timings.first_token = seq.timings.first_token or time.perf_counter()
-        reason = check_stop(seq, self.tokenizer, self.eos_ids)
+        reason = append_token(seq, token, self.tokenizer, self.eos_ids)
         if reason is not None:
             self._release(seq, reason)
         delta = StepOutput(seq.request_id, take_delta(seq), [token])
         if reason is not None:
-            delta.finished = True
-            delta.result = self._generate_output(seq)
+            delta.finished, delta.result = True, generate_output(seq)
         return delta
 
     def _finish_embedding(self, seq: Sequence, vector: torch.Tensor) -> StepOutput:
-        seq.timings.finished = time.perf_counter()
-        result = EmbedOutput(seq.request_id, vector.float().cpu().numpy(), seq.num_tokens, seq.timings)
+        result = embed_output(seq, vector)
         self._release(seq, "stop")
         return StepOutput(seq.request_id, finished=True, result=result)
-
-    def _generate_output(self, seq: Sequence) -> GenerateOutput:
-        seq.timings.finished = time.perf_counter()
-        return GenerateOutput(seq.request_id, seq.text, list(seq.output_ids), seq.finish_reason,
-                              Usage(len(seq.prompt_ids), len(seq.output_ids)), seq.timings)
 
     def _fail(self, seq: Sequence, err: Exception) -> StepOutput:
         self._release(seq, "abort")

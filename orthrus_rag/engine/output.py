@@ -1,9 +1,14 @@
-"""Turning sampled tokens into text: incremental detokenisation, stop conditions, stream deltas."""
+"""A sequence's outputs, written here only: sampled tokens and their text (incremental detokenisation, stop
+conditions, stream deltas), the first-token and finish times, and the final results. The scheduler owns the life
+cycle (status, progress, finish reason), the block manager the block table."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from orthrus_rag.engine.request import EmbedOutput, FinishReason, GenerateOutput
+import torch
+
+from orthrus_rag.engine.request import EmbedOutput, FinishReason, GenerateOutput, Usage
 from orthrus_rag.engine.sequence import Sequence
 
 
@@ -17,6 +22,26 @@ class StepOutput:
     finished: bool = False
     result: GenerateOutput | EmbedOutput | None = None
     error: Exception | None = None
+
+
+def append_token(seq: Sequence, token: int, tokenizer, eos_ids: set[int]) -> FinishReason | None:
+    """Record a sampled token and extend the text; returns why the sequence stops here, if it does."""
+    seq.output_ids.append(token)
+    seq.timings.first_token = seq.timings.first_token or time.perf_counter()
+    return check_stop(seq, tokenizer, eos_ids)
+
+
+def generate_output(seq: Sequence) -> GenerateOutput:
+    """The finished generation's result (call after the scheduler has recorded its finish reason)."""
+    seq.timings.finished = time.perf_counter()
+    return GenerateOutput(seq.request_id, seq.text, list(seq.output_ids), seq.finish_reason,
+                          Usage(len(seq.prompt_ids), len(seq.output_ids)), seq.timings)
+
+
+def embed_output(seq: Sequence, vector: torch.Tensor) -> EmbedOutput:
+    """The finished embedding's result."""
+    seq.timings.finished = time.perf_counter()
+    return EmbedOutput(seq.request_id, vector.float().cpu().numpy(), seq.num_tokens, seq.timings)
 
 
 def check_stop(seq: Sequence, tokenizer, eos_ids: set[int]) -> FinishReason | None:

@@ -140,7 +140,7 @@ def test_token_ids_beyond_the_model_vocabulary_are_refused(make_engine):
     assert engine.vocab_size <= vocab
 
 
-@pytest.mark.parametrize("where", ["sample", "check_stop"])
+@pytest.mark.parametrize("where", ["sample", "append_token"])
 def test_one_rows_failure_fails_that_request_only(make_engine, monkeypatch, where):
     from orthrus_rag.engine import engine as engine_module
 
@@ -148,7 +148,7 @@ def test_one_rows_failure_fails_that_request_only(make_engine, monkeypatch, wher
     real = getattr(engine_module, where)
 
     def planted(*args):
-        row = args[0] if where == "check_stop" else None
+        row = args[0] if where == "append_token" else None
         if (row is not None and row.request_id == "bad") or (row is None and args[1].seed == 7):
             raise FloatingPointError("planted failure")
         return real(*args)
