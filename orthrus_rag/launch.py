@@ -1,5 +1,5 @@
-"""What the Hydra apps share: the config folder with each pipeline's defaults registered from its class, launching
-an app, and one-line exits for user mistakes (`UserError`). The stack an app runs is planned and built by
+"""What the Hydra apps share: the config folder, with the defaults of the engine, the index and each pipeline
+registered from their dataclasses, launching an app, and one-line exits for user mistakes (`UserError`). The stack an app runs is planned and built by
 `orthrus_rag.stack.StackPlan`."""
 from __future__ import annotations
 
@@ -18,20 +18,35 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 T = TypeVar("T")
 
 
-def register_pipeline_defaults() -> None:
-    """Each pipeline's settings with its class's defaults as the config `pipeline/<name>_defaults`, which
-    conf/pipeline/<name>.yaml starts from: the class is their one source. Values are typed `Any` here; the
-    pipeline's own check (`check_settings`) names a wrong one."""
+def settings_node(cls: type, skip: tuple[str, ...] = (), **extra: Any) -> type:
+    """`cls`'s init fields (less `skip`, plus `extra` names with their values first) with its defaults, as a
+    dataclass Hydra can store; values are typed `Any` there, the project's own checks name a wrong one."""
+    fields = [(name, Any, dataclasses.field(default=value)) for name, value in extra.items()]
+    for f in dataclasses.fields(cls):
+        if f.init and f.name not in skip:
+            default = (dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING
+                       else dataclasses.field(default_factory=f.default_factory))
+            fields.append((f.name, Any, default))
+    return dataclasses.make_dataclass(f"{cls.__name__}Settings", fields)
+
+
+def register_defaults() -> None:
+    """The dataclasses' defaults as configs the YAML files start from, so each default is written once: the engine's
+    (`runtime/engine_defaults`: EngineConfig), the index's (`index/index_defaults`: IndexSpec) and each
+    pipeline's (`pipeline/<name>_defaults`: its class)."""
+    from orthrus_rag.engine import EngineConfig
+    from orthrus_rag.stack import IndexSpec
     from pipelines import PIPELINES
 
+    store = ConfigStore.instance()
+    store.store(group="runtime", name="engine_defaults", node=settings_node(EngineConfig, ("generator", "embedder")))
+    store.store(group="index", name="index_defaults", node=settings_node(IndexSpec))
     for name, cls in PIPELINES.items():
-        settings = [(f.name, Any, dataclasses.field(default=f.default)) for f in dataclasses.fields(cls)
-                    if f.init and f.name not in ("retriever", "reasoner")]
-        node = dataclasses.make_dataclass(f"{cls.__name__}Settings", [("name", Any, name), *settings])
-        ConfigStore.instance().store(group="pipeline", name=f"{name}_defaults", node=node)
+        store.store(group="pipeline", name=f"{name}_defaults", node=settings_node(cls, ("retriever", "reasoner"),
+                                                                                   name=name))
 
 
-register_pipeline_defaults()
+register_defaults()
 
 
 def fail(app: str, error: BaseException) -> NoReturn:

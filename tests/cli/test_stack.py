@@ -16,7 +16,7 @@ from orthrus_rag.stack import StackPlan, default_index_folder
 def config(embedder: str, **overrides):
     cfg = OmegaConf.create({"model": {"name": "smollm2-135m-instruct"},
                             "embedder": OmegaConf.load(CONF_DIR / "embedder" / f"{embedder}.yaml"),
-                            "runtime": OmegaConf.load(CONF_DIR / "runtime" / "default.yaml")})
+                            "runtime": {}})  # EngineConfig's defaults
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
     return cfg
