@@ -16,6 +16,20 @@ from orthrus_rag.models import resolve_model_path  # noqa: E402
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+def _import_anyio_now() -> None:
+    """anyio imports its parts on first use; a test server's thread would then import them through pytest's
+    assertion rewriting (anyio is a pytest plugin), whose ast.parse is not thread-safe on Python 3.11 ("AST
+    constructor recursion depth mismatch" when a page was served as a file). Import them all here, on the main thread."""
+    import anyio
+
+    for name in dir(anyio):
+        if not name.startswith("_"):
+            getattr(anyio, name)
+
+
+_import_anyio_now()
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     return resolve_model_path("smollm2-135m-instruct")
