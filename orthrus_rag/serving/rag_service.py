@@ -1,6 +1,8 @@
 """The real RAG behind `/v1/rag`: the stack a plan builds over the server's engine, one pipeline per entry."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from orthrus_rag.engine import EngineLike
 from orthrus_rag.rag import Answer, Pipeline
 from orthrus_rag.serving.errors import RagInputError
@@ -12,7 +14,7 @@ from orthrus_rag.stack import StackPlan
 async def build_rag(engine: EngineLike, plan: StackPlan, default: str) -> RagFn:
     """Load (or build and cache) the planned index, build every planned pipeline, and return the `/v1/rag`
     callable (`default`: the pipeline of a request that names none)."""
-    return _answerer((await plan.build(engine)).pipelines, default)
+    return RagService((await plan.build(engine)).pipelines, default)
 
 
 def pipeline_groups(settings: RagSettings) -> dict[str, dict]:
@@ -21,15 +23,24 @@ def pipeline_groups(settings: RagSettings) -> dict[str, dict]:
     return {key: {"name": key, **entry} for key, entry in entries.items()}
 
 
-def _answerer(pipelines: dict[str, Pipeline], default: str) -> RagFn:
-    if default not in pipelines:
-        raise ValueError(f"server.rag.pipeline {default!r} is not among server.rag.pipelines {sorted(pipelines)}")
+@dataclass
+class RagService:
+    """The pipelines `/v1/rag` serves by request name, and the one a request that names none gets; called as the
+    server's RAG callable. The route copies a pipeline with a request's own settings (k, max_steps) from here."""
 
-    async def answer(question: str, pipeline: str | None) -> Answer:
-        name = pipeline or default
-        if name not in pipelines:
-            raise RagInputError(f"unknown pipeline {name!r}; this server runs {sorted(pipelines)}", "pipeline")
-        return await pipelines[name].answer(question)
+    pipelines: dict[str, Pipeline]
+    default: str
 
-    answer.pipelines = pipelines  # the /v1/rag route copies one with a request's own settings (k, max_steps)
-    return answer
+    def __post_init__(self) -> None:
+        if self.default not in self.pipelines:
+            raise ValueError(f"server.rag.pipeline {self.default!r} is not among server.rag.pipelines "
+                             f"{sorted(self.pipelines)}")
+
+    def pipeline(self, name: str | None) -> Pipeline:
+        name = name or self.default
+        if name not in self.pipelines:
+            raise RagInputError(f"unknown pipeline {name!r}; this server runs {sorted(self.pipelines)}", "pipeline")
+        return self.pipelines[name]
+
+    async def __call__(self, question: str, pipeline: str | None) -> Answer:
+        return await self.pipeline(pipeline).answer(question)

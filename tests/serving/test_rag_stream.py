@@ -12,7 +12,7 @@ from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, EngineReasoner, Pipeline
 from orthrus_rag.rag.testing import ScriptedRetriever
 from orthrus_rag.serving import ServerSettings
-from orthrus_rag.serving.rag_service import _answerer
+from orthrus_rag.serving.rag_service import RagService
 from orthrus_rag.serving.settings import RagSettings
 from pipelines import IRCoT, StandardRAG
 
@@ -41,7 +41,7 @@ def served_pipelines(engine) -> dict[str, Pipeline]:
 
 @pytest.fixture(scope="module")
 def rag_server(serve_app, engine):
-    rag = _answerer(served_pipelines(engine), "ircot")
+    rag = RagService(served_pipelines(engine), "ircot")
     settings = ServerSettings(rag=RagSettings(pipeline="ircot", pipelines={name: {} for name in rag.pipelines}),
                               max_concurrent_per_key=1)
     with serve_app(engine, settings, rag) as running:
@@ -175,7 +175,7 @@ def test_a_dataset_given_at_start_is_offered_beside_the_demo_set(serve_app, engi
     dataset = tmp_path / "questions.jsonl"
     dataset.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     settings = ServerSettings(ui={"dataset": str(dataset), "dataset_split": "all", "dataset_limit": 2})
-    with serve_app(engine, settings, _answerer(served_pipelines(engine), "standard_rag")) as running:
+    with serve_app(engine, settings, RagService(served_pipelines(engine), "standard_rag")) as running:
         listed = httpx.get(f"{running.url}/v1/rag/examples", params={"source": "dataset"}).json()
         assert listed["sources"] == ["dataset", "demo"] and [q["id"] for q in listed["data"]] == ["dataset:q0",
                                                                                                 "dataset:q1"]

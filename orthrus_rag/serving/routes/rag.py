@@ -11,6 +11,7 @@ from orthrus_rag.rag import Answer, Pipeline
 from orthrus_rag.serving.errors import APIError, RagInputError, bad_request
 from orthrus_rag.serving.limits import SCOPE_KEY, shorten_deadline
 from orthrus_rag.serving.openapi import RAG_STREAM
+from orthrus_rag.serving.rag_service import RagService
 from orthrus_rag.serving.rag_stream import rag_events
 from orthrus_rag.serving.requests import RagRequest
 from orthrus_rag.serving.responses import RagResponse
@@ -45,13 +46,12 @@ def _answerer(state: ServerState, req: RagRequest) -> Callable[[], Awaitable[Ans
     overrides = req.overrides()
     if not overrides:
         return lambda: state.rag(req.question, req.pipeline)
-    pipelines: dict[str, Pipeline] | None = getattr(state.rag, "pipelines", None)
-    if pipelines is None:
+    if not isinstance(state.rag, RagService):  # replicas or a stand-in: pipelines live elsewhere
         raise bad_request("this server cannot change k or max_steps per request", next(iter(overrides)))
-    name = req.pipeline or state.settings.rag.pipeline
-    if name not in pipelines:
-        raise bad_request(f"unknown pipeline {name!r}; this server runs {sorted(pipelines)}", "pipeline")
-    pipeline = with_settings(pipelines[name], overrides)
+    try:
+        pipeline = with_settings(state.rag.pipeline(req.pipeline), overrides)
+    except RagInputError as err:
+        raise bad_request(str(err), err.param) from err
     return lambda: pipeline.answer(req.question)
 
 
