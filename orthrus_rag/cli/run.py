@@ -22,12 +22,12 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from eval.datasets import DatasetSpec, read_questions
 from eval.predictions import PredictionLog
-from orthrus_rag.launch import UserError, launch
-from orthrus_rag.files import write_atomic
+from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from orthrus_rag.engine import EngineLike
+from orthrus_rag.files import write_atomic
+from orthrus_rag.launch import UserError, launch
 from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag"
