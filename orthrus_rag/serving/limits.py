@@ -4,8 +4,9 @@ The deadline is `server.request_timeout_s`, shortened by a request's own `timeou
 `shorten_deadline`). Past it the route is cancelled, which aborts its engine request and frees its KV blocks, and the
 caller gets 504 with the OpenAI error body (a stream already started is cut off). Beyond
 `server.max_concurrent_per_key` requests in flight with one API key (or from one client address when the server has
-no key), a request gets 429. `/v1/engine/steps` (a cheap read of the step log, polled by the web page while its
-questions run) is bounded by neither.
+no key), a request gets 429. The read-only listings (`/v1/engine/steps`, `/v1/rag/pipelines`, `/v1/rag/examples`,
+`/v1/models`), which do no engine work and which the web page loads and polls while its questions run, are bounded by
+neither.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orthrus_rag.serving.errors import APIError
 
 SCOPE_KEY = "orthrus_deadline"
-UNBOUNDED = ("/v1/engine/steps",)  # read-only and cheap: a page watching the engine is never refused or cut off
+# read-only listings that do no engine work: the web page loads and polls them while its own questions run
+UNBOUNDED = ("/v1/engine/steps", "/v1/rag/pipelines", "/v1/rag/examples", "/v1/models")
 
 
 @dataclass

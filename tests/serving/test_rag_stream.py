@@ -144,6 +144,8 @@ def test_the_step_feed_reads_after_an_id_and_is_never_refused(rag_server):
         assert newer.status_code == 200  # ... but the feed is not counted
         assert all(s["id"] > last["id"] for s in newer.json()["replicas"][0]["steps"])
         assert newer.json()["replicas"][0]["steps"]
+        for listing in ("/v1/rag/pipelines", "/v1/rag/examples", "/v1/models"):  # what the page loads first
+            assert httpx.get(f"{rag_server.url}{listing}").status_code == 200, listing
 
 
 def test_pipelines_and_examples_are_listed(rag_server):
