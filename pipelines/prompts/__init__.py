@@ -5,6 +5,8 @@ are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {rea
 reasoning as numbered lines) from a demo file such as `demos.jsonl`. As chat turns instead (`demo_turns`),
 each demonstration is a user turn (the prompt for its question and passages) and an assistant turn (the last
 field of `NAME.demo.txt`: its answer, reasoning or steps). A name may also be the path of a template file elsewhere.
+An optional `NAME.passage.txt` sets how each passage is shown (fields {number}, {title}, {text}; passages one a
+line, or separated by a blank line when the template has several lines); without it, "[1] Title: text".
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from orthrus_rag.rag.types import Passage
 
 PROMPT_DIR = Path(__file__).parent
 _FIELDS = ("question", "passages", "demos", "answer", "reasoning", "steps")
+_PASSAGE_FIELDS = ("number", "title", "text")
 
 
 @dataclass
@@ -39,13 +42,14 @@ class PromptTemplate:
     name: str
     text: str
     demo_text: str = ""
+    passage_text: str = ""  # how one passage is shown ({number}, {title}, {text}); "" = "[1] Title: text"
 
     def render(self, question: str, passages: Sequence[Passage] = (), demos: Sequence[Demo] = (),
                passage_words: int = 60) -> str:
         shown = "\n\n".join(self.render_demo(d, passage_words) for d in demos)
         text = _fill(self.name, self.text, question=question, demos=shown,
-                     passages=format_passages(passages, passage_words))
-        return re.sub(r"\n{3,}", "\n\n", text)  # an empty {demos} leaves no gap
+                     passages=format_passages(passages, passage_words, self.passage_text))
+        return re.sub(r"\n{3,}", "\n\n", text).strip("\n")  # an empty {demos} leaves no gap
 
     def messages(self, question: str, passages: Sequence[Passage] = (), demos: Sequence[Demo] = (),
                  passage_words: int = 60, demo_turns: bool = False) -> list[Message]:
@@ -73,7 +77,7 @@ class PromptTemplate:
         if not self.demo_text:
             raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
         return _fill(f"{self.name}.demo", self.demo_text, question=demo.question, answer=demo.answer,
-                     passages=format_passages(demo.passages, passage_words),
+                     passages=format_passages(demo.passages, passage_words, self.passage_text),
                      reasoning=format_reasoning(demo.reasoning, demo.answer),
                      steps=format_steps(demo.reasoning, demo.answer))
 
@@ -83,9 +87,12 @@ def load_prompt(name: str) -> PromptTemplate:
     path = _find(name, ".txt")
     demo_path = path.with_name(path.name.removesuffix(".txt") + ".demo.txt")
     demo_text = demo_path.read_text().strip("\n") if demo_path.exists() else ""
-    template = PromptTemplate(path.name.removesuffix(".txt"), path.read_text().strip("\n"), demo_text)
+    passage_path = path.with_name(path.name.removesuffix(".txt") + ".passage.txt")
+    passage_text = passage_path.read_text().strip("\n") if passage_path.exists() else ""
+    template = PromptTemplate(path.name.removesuffix(".txt"), path.read_text().strip("\n"), demo_text, passage_text)
     _check_fields(template.name, template.text)
     _check_fields(template.name + ".demo", template.demo_text)
+    _check_fields(template.name + ".passage", template.passage_text, _PASSAGE_FIELDS)
     return template
 
 
@@ -96,9 +103,14 @@ def load_demos(name: str = "demos.jsonl", limit: int | None = None) -> list[Demo
     return demos if limit is None else demos[:limit]
 
 
-def format_passages(passages: Sequence[Passage], max_words: int = 60) -> str:
-    """Numbered passages, one a line, each cut to `max_words` words of text."""
-    return "\n".join(f"[{i}] {p.title}: {truncate_words(p.text, max_words)}" for i, p in enumerate(passages, 1))
+def format_passages(passages: Sequence[Passage], max_words: int = 60, template: str = "") -> str:
+    """Numbered passages, one a line ("[1] Title: text"), each cut to `max_words` words of text; or each shown
+    with `template` ({number}, {title}, {text}), separated by a blank line when the template has several lines."""
+    if not template:
+        return "\n".join(f"[{i}] {p.title}: {truncate_words(p.text, max_words)}" for i, p in enumerate(passages, 1))
+    shown = [template.format_map({"number": i, "title": p.title, "text": truncate_words(p.text, max_words)})
+             for i, p in enumerate(passages, 1)]
+    return ("\n\n" if "\n" in template else "\n").join(shown)
 
 
 def format_reasoning(sentences: Sequence[str], answer: str) -> str:
@@ -125,7 +137,8 @@ def _find(name: str, suffix: str) -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    known = sorted(p.name for p in PROMPT_DIR.glob("*" + suffix) if not p.name.endswith(".demo.txt"))
+    parts = (".demo.txt", ".passage.txt")
+    known = sorted(p.name for p in PROMPT_DIR.glob("*" + suffix) if not p.name.endswith(parts))
     raise FileNotFoundError(f"no prompt file {name!r} (looked in {PROMPT_DIR} and at that path); known: {known}")
 
 
@@ -144,7 +157,7 @@ def _fill(name: str, text: str, **fields: str) -> str:
         raise ValueError(f"prompt {name!r} uses a field {e} this pipeline does not fill ({sorted(fields)})") from None
 
 
-def _check_fields(name: str, text: str) -> None:
+def _check_fields(name: str, text: str, allowed: tuple[str, ...] = _FIELDS) -> None:
     for _, field_name, _, _ in string.Formatter().parse(text):
-        if field_name is not None and field_name not in _FIELDS:
-            raise ValueError(f"prompt {name!r} has an unknown field {{{field_name}}}; fields are {_FIELDS}")
+        if field_name is not None and field_name not in allowed:
+            raise ValueError(f"prompt {name!r} has an unknown field {{{field_name}}}; fields are {allowed}")

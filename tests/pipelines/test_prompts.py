@@ -111,3 +111,34 @@ def test_demos_need_a_demo_template():
 
 def test_prompt_files_are_shipped_next_to_the_loader():
     assert {p.stem for p in PROMPT_DIR.glob("*.txt")} >= {*PROMPTS, "qa_direct.demo"}
+
+
+def test_a_passage_template_shows_each_passage_its_way(tmp_path):
+    (tmp_path / "titled.txt").write_text("{demos}\n\nPassages:\n{passages}\n\nQ: {question}")
+    (tmp_path / "titled.demo.txt").write_text("Passages:\n{passages}\n\nQ: {question}\nA: {answer}")
+    (tmp_path / "titled.passage.txt").write_text("## {title}\n{text}\n")
+    template = load_prompt(str(tmp_path / "titled.txt"))
+    passages = [Passage("1", "Oslo", "Oslo is a city."), Passage("2", "Bergen", "Bergen lies west.")]
+    shown = "## Oslo\nOslo is a city.\n\n## Bergen\nBergen lies west."
+    assert template.render("Why?", passages) == f"Passages:\n{shown}\n\nQ: Why?"
+    messages = template.messages("Why?", passages, load_demos(limit=1), passage_words=3, demo_turns=True)
+    assert messages[0]["content"].startswith("Passages:\n## Velmora Glassworks\nVelmora Glassworks is ...\n\n## ")
+    one_line = format_passages(passages, template="{number}. {title} - {text}")
+    assert one_line == "1. Oslo - Oslo is a city.\n2. Bergen - Bergen lies west."
+    (tmp_path / "titled.passage.txt").write_text("{title} {question}")
+    with pytest.raises(ValueError, match="question"):
+        load_prompt(str(tmp_path / "titled.txt"))
+    with pytest.raises(FileNotFoundError) as error:
+        load_prompt("no_such_prompt")
+    assert "qa_passages_q05_titled.txt" in str(error.value) and ".passage.txt" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", sorted(p.name.removesuffix(".txt") for p in PROMPT_DIR.glob("*_q05*.txt")
+                                         if not p.name.endswith((".demo.txt", ".passage.txt"))))
+def test_qwen_prompts_render_as_chat_turns(name):
+    template = load_prompt(name)
+    messages = template.messages("Who?", long_passages(2), load_demos(limit=2), demo_turns=True)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert messages[-1]["content"].startswith("Passages" if "{passages}" in template.text else "Question: Who?")
+    assert "Who?" in messages[-1]["content"] and "{" not in messages[-1]["content"]
+    assert messages[1]["content"].endswith("Austria" if "cot" not in name else "So the answer is: Austria.")
