@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 
@@ -53,5 +54,11 @@ class StepLog:
     def since(self, after: int = 0, limit: int | None = None) -> list[StepRecord]:
         """Records with an id above `after`, oldest first; with `limit`, the newest `limit` of them."""
         with self._lock:
-            records = [r for r in self._records if r.id > after]
-        return records[-limit:] if limit else records
+            records = list(self._records)
+        return newer_than(records, after, limit)
+
+
+def newer_than(records: Iterable[StepRecord], after: int, limit: int | None = None) -> list[StepRecord]:
+    """The records with an id above `after`, oldest first; with `limit`, the newest `limit` of them."""
+    kept = [r for r in records if r.id > after]
+    return kept[-limit:] if limit else kept

@@ -36,7 +36,7 @@ from orthrus_rag.cluster import summed_stats
 from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
-from orthrus_rag.engine.step_log import StepRecord
+from orthrus_rag.engine.step_log import StepRecord, newer_than
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
@@ -170,9 +170,9 @@ class ReplicaClient:
     def shutdown(self) -> None:
         """Nothing to do: Ray Serve stops the replicas."""
 
-    def replica_steps(self) -> dict[str, list[StepRecord]]:
-        """Each replica's last engine steps, as of the last poll (GET /v1/engine/steps)."""
-        return self._steps
+    def replica_steps(self, since: int = 0, limit: int | None = None) -> dict[str, list[StepRecord]]:
+        """Each replica's last engine steps with an id above `since` (the newest `limit`), as of the last poll."""
+        return {name: newer_than(steps, since, limit) for name, steps in self._steps.items()}
 
     async def poll_stats(self) -> None:
         while True:

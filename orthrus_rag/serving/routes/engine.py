@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
+from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.responses import EngineSteps, ReplicaSteps
 from orthrus_rag.serving.state import ServerState, get_state
 
@@ -16,10 +17,8 @@ async def engine_steps(since: int = Query(0, ge=0, description="only steps with 
                        state: ServerState = Depends(get_state)) -> EngineSteps:
     """Each engine's steps with an id above `since`, oldest first (ids count each engine's steps from 1). With
     Ray Serve replicas, one list per replica, as of the replicas' last report."""
-    replicas = getattr(state.engine, "replica_steps", None)
-    if replicas is not None:
-        rows = [ReplicaSteps(replica=name, steps=[s for s in steps if s.id > since][-limit:])
-                for name, steps in sorted(replicas().items())]
-        return EngineSteps(replicas=rows)
-    steps = state.engine.steps(since, limit) if hasattr(state.engine, "steps") else []
-    return EngineSteps(replicas=[ReplicaSteps(replica="engine", steps=steps)])
+    if isinstance(state.engine, AsyncEngine):
+        by_engine = {"engine": state.engine.steps(since, limit)}
+    else:  # Ray Serve's replicas, as of their last report
+        by_engine = state.engine.replica_steps(since, limit)
+    return EngineSteps(replicas=[ReplicaSteps(replica=name, steps=steps) for name, steps in sorted(by_engine.items())])
