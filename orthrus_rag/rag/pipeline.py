@@ -58,21 +58,20 @@ class Pipeline(ABC):
         """The retriever's k best passages for `query`, recorded in the trace."""
         if self.retriever is None:
             raise RuntimeError(f"{type(self).__name__} was built without a retriever but called retrieve()")
-        start = time.perf_counter()
-        with live.watch("retrieve", query) as call:
+        with live.watch("retrieve", query) as call:  # the call's start, for the trace and the live view alike
             found = await self.retriever.retrieve_with_usage(query, k)
             call.retrieved(found.passages, found.query_tokens)
         titles = " | ".join(p.title or p.id for p in found.passages)
-        _record(TraceEvent("retrieve", query, titles, start, time.perf_counter(), found.query_tokens))
+        _record(TraceEvent("retrieve", query, titles, call.start, time.perf_counter(), found.query_tokens))
         return found.passages
 
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         """The reasoner's text for `prompt`, recorded in the trace."""
-        start, summary = time.perf_counter(), _summarize(prompt)
+        summary = _summarize(prompt)
         with live.watch("reason", summary) as call:
             out = await self.reasoner.reason_with_usage(prompt, params)
             call.reasoned(out)
-        event = TraceEvent("reason", summary, out.text, start, time.perf_counter(), out.prompt_tokens,
+        event = TraceEvent("reason", summary, out.text, call.start, time.perf_counter(), out.prompt_tokens,
                            out.completion_tokens)
         _record(event)
         return out.text
