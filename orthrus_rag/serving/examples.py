@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.datasets import Question, load_questions
-from eval.metrics import acc, exact_match, f1, passage_recall
+from eval.metrics import score_answer
 from orthrus_rag.demo import demo_questions_path
 from orthrus_rag.rag import Passage
 from orthrus_rag.serving.errors import bad_request
@@ -63,8 +63,7 @@ class Examples:
 
 def score(question: Question, prediction: str, passages: list[Passage]) -> Score:
     """The metrics eval/metrics.py computes for one answer, and which gold passages were found."""
+    scores = score_answer(prediction, question.answers, question.gold_titles, passages)
     titles = {p.title.strip() for p in passages}
-    return Score(question.answer, list(question.aliases), exact_match(prediction, question.answers),
-                 f1(prediction, question.answers), acc(prediction, question.answers), list(question.gold_titles),
-                 [t for t in question.gold_titles if t.strip() in titles],
-                 passage_recall(question.gold_titles, passages))
+    return Score(question.answer, list(question.aliases), scores.em, scores.f1, scores.acc, list(question.gold_titles),
+                 [t for t in question.gold_titles if t.strip() in titles], scores.recall)
