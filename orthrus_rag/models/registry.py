@@ -201,13 +201,14 @@ def _converted(model: ShippedModel) -> Path:
         find_gguf(model)  # a missing package fails here, converted or not
     else:
         part_paths(model)
-    target = converted_path(model, store_dtype(model))
+    dtype = store_dtype(model)
+    target = converted_path(model, dtype)
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
         if not (target / "config.json").exists():
-            _convert_gguf(model, target, store_dtype(model))
+            _convert_gguf(model, target, dtype)
     return target
 
 
