@@ -188,7 +188,8 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
     summaries: dict[str, dict[str, dict]] = {load.label: {} for load in loads}
     for mode in modes:
         for load in loads:
-            backend = make_backend(mode, setup.config, SamplingParams(), setup.plan.embedding.params)  # pipelines pass their own
+            # the pipelines pass their own sampling and embedding params
+            backend = make_backend(mode, setup.config, SamplingParams(), setup.plan.embedding.params)
             try:
                 run = asyncio.run(run_load(mode, backend, setup, index, load))
             finally:
@@ -222,10 +223,12 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
             "ratios": head_ratios,
             "headline": {"p99": head["load"], "qps": closed["load"]},
             "sweep": sweep,
-            "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())), "questions": len(setup.questions),
+            "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())),
+                       "questions": len(setup.questions),
                        "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],
                        "engine": asdict(setup.config), "dtype": ran_dtype(setup.config),
                        "embedding": asdict(plan.embedding),
-                       "index": {"folder": str(plan.index.folder), "factory": plan.index.factory} if plan.index else None,
+                       "index": ({"folder": str(plan.index.folder), "factory": plan.index.factory}
+                                 if plan.index else None),
                        "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}},
             "machine": machine_info()}
