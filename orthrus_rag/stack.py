@@ -248,7 +248,7 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> Ind
     except ValueError as error:
         raise UserError(error) from error
     corpus = Path(corpus) if corpus else demo_corpus_path()
-    passages = read_corpus(corpus)
+    passages = _read_corpus(corpus)
     name = _embedder_name(cfg)
     folder = (Path(to_absolute_path(spec.folder)) if spec.folder
               else default_index_folder(corpus, passages, name, dtype))
@@ -256,7 +256,7 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> Ind
     return IndexSource(folder, passages, name, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
 
 
-def read_corpus(path: Path) -> list[Passage]:
+def _read_corpus(path: Path) -> list[Passage]:
     """The corpus passages; a missing or malformed file is a UserError."""
     from indexes import CorpusFormatError, load_corpus
 

@@ -69,10 +69,10 @@ def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
             engine.shutdown()
     reports = []
     for kind in kinds:
-        index = indexes.dense if kind == "dense" else indexes.bm25
-        m, folder = index.manifest, manifests[kind].parent
-        reports.append(IndexReport(folder, m.num_passages, getattr(m, "dimension", 0), getattr(m, "factory", ""),
-                                   folder_size(folder), _mtime(manifests[kind]) != before[kind], kind))
+        m, folder = (indexes.dense if kind == "dense" else indexes.bm25).manifest, manifests[kind].parent
+        shape = (m.dimension, m.factory) if kind == "dense" else (0, "")
+        reports.append(IndexReport(folder, m.num_passages, *shape, folder_size(folder),
+                                   _mtime(manifests[kind]) != before[kind], kind))
     return reports, seconds
 
 
