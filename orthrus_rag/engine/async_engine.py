@@ -167,6 +167,8 @@ class AsyncEngine:
             while not finished:
                 out: StepOutput = await waiter.queue.get()
                 finished = out.finished
+                if finished:  # the id is free once the last output is in hand, not when this generator is closed
+                    self._release(key, rid)
                 if out.error is not None:
                     raise out.error
                 if out.result is not None:
@@ -176,10 +178,13 @@ class AsyncEngine:
                     observer(out)
                 yield out
         finally:
-            with self._lock:
-                del self._waiters[key], self._keys[rid]
             if not finished:  # the caller went away (cancelled, disconnected): free the request's blocks
+                self._release(key, rid)
                 self._commands.put(Abort(key))
+
+    def _release(self, key: str, rid: str) -> None:
+        with self._lock:
+            del self._waiters[key], self._keys[rid]
 
     async def _prepare(self, prompt: Prompt, params) -> PreparedRequest:
         """Check and tokenise on the caller's side; a long text in a worker thread, so the caller's event loop (and
