@@ -20,17 +20,19 @@ def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_di
     return 2 * num_layers * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
 
-def pool_size(device: torch.device, block_bytes: int, fraction: float, reserved_blocks: int) -> int:
+def pool_size(device: torch.device, block_bytes: int, fraction: float, reserved_blocks: int, most: int) -> int:
     """KV blocks for an unset `num_kv_blocks`: CPU_KV_BLOCKS on CPU; on CUDA as many as `fraction` of the free
-    device memory holds, less the `reserved_blocks` of scratch the runner adds."""
+    device memory holds (memory torch has cached but not allocated counts as free), less the `reserved_blocks` of
+    scratch the runner adds, and at most `most` (every sequence of a full step at the longest length)."""
     if device.type != "cuda":
         return CPU_KV_BLOCKS
     free, _ = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     blocks = int(free * fraction) // block_bytes - reserved_blocks
     if blocks < 1:
         raise RuntimeError(f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free): set "
                            "runtime.num_kv_blocks, raise runtime.kv_memory_fraction or use a smaller model")
-    return blocks
+    return min(blocks, most)
 
 
 class PagedKVCache:

@@ -38,7 +38,8 @@ class ModelRunner:
         layers = text_config.num_hidden_layers
         self.num_kv_blocks = config.num_kv_blocks or pool_size(
             self.device, bytes_per_block(layers, config.block_size, kv_heads, head_dim, cache_dtype),
-            config.kv_memory_fraction, scratch)
+            config.kv_memory_fraction, scratch,
+            most=config.max_num_seqs * -(-self.max_model_len // config.block_size))
         self.scratch_block = self.num_kv_blocks  # scratch blocks follow the pool: one step's KV-less chunks
         blocked = self.attention_backend == attention.VLLM_CPU
         self.cache = PagedKVCache(layers, (self.num_kv_blocks + scratch) * config.block_size, kv_heads, head_dim,

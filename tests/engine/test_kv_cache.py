@@ -13,19 +13,27 @@ def test_bytes_per_block_counts_k_and_v_of_every_layer():
 
 
 def test_unset_pool_on_cpu_has_the_cpu_default():
-    assert pool_size(torch.device("cpu"), 1000, 0.8, 10) == CPU_KV_BLOCKS
+    assert pool_size(torch.device("cpu"), 1000, 0.8, 10, most=10**9) == CPU_KV_BLOCKS
 
 
-def test_unset_pool_on_cuda_takes_its_share_of_free_memory(monkeypatch):
-    monkeypatch.setattr(kv_cache.torch.cuda, "mem_get_info", lambda device: (10_000_000, 20_000_000))
-    assert pool_size(torch.device("cuda"), 1000, 0.8, 10) == 8000 - 10
+def test_unset_pool_on_cuda_takes_its_share_of_free_and_cached_memory(monkeypatch):
+    monkeypatch.setattr(kv_cache.torch.cuda, "mem_get_info", lambda device: (9_000_000, 20_000_000))
+    monkeypatch.setattr(kv_cache.torch.cuda, "memory_reserved", lambda device: 3_000_000)
+    monkeypatch.setattr(kv_cache.torch.cuda, "memory_allocated", lambda device: 2_000_000)
+    assert pool_size(torch.device("cuda"), 1000, 0.8, 10, most=10**9) == 8000 - 10
+    assert pool_size(torch.device("cuda"), 1000, 0.8, 10, most=500) == 500  # no more than full sequences need
     with pytest.raises(RuntimeError, match="num_kv_blocks"):
-        pool_size(torch.device("cuda"), 1000, 0.0001, 10)
+        pool_size(torch.device("cuda"), 1000, 0.0001, 10, most=10**9)
 
 
 def test_engine_sizes_an_unset_pool_and_admits_by_the_resolved_size(make_engine):
     engine = make_engine(num_kv_blocks=None)
-    assert engine.blocks.num_blocks == CPU_KV_BLOCKS == engine.get_stats()["kv_blocks_total"]
+    runner, config = engine.runner, engine.config
+    if runner.device.type == "cpu":
+        assert engine.blocks.num_blocks == CPU_KV_BLOCKS
+    else:  # a share of the device's memory, and never more than max_num_seqs full-length sequences hold
+        assert 0 < engine.blocks.num_blocks <= config.max_num_seqs * -(-runner.max_model_len // config.block_size)
+    assert engine.blocks.num_blocks == engine.get_stats()["kv_blocks_total"]
 
 
 def test_step_times_are_read_after_the_device_is_synchronised(make_engine, monkeypatch):
