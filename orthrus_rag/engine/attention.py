@@ -11,8 +11,9 @@ attends each sequence to its own keys only, where the cache holds them:
 - `sdpa_in_place` (CPU without those kernels, and CUDA without flash-attn): a sequence's block table is cut into
   runs of consecutive blocks; each run is a view of the cache (no copy). The query heads that share a KV head are
   folded into the query axis, so a decode is one (group x 1) query per KV head. One run: one
-  `scaled_dot_product_attention` call. Several runs (a shared prefix, a fragmented pool): one fused call per run,
-  each returning its log-sum-exp, merged exactly (softmax over the union of the runs). No query meets another
+  `scaled_dot_product_attention` call. Several runs (a shared prefix, a fragmented pool): one fused call per run
+  (torch's flash kernel on CPU, its memory-efficient kernel on CUDA), each returning its log-sum-exp, merged exactly
+  (softmax over the union of the runs). No query meets another
   sequence's keys or padding. On CPU the cache and the attention math are float32 here (torch's bfloat16 CPU kernel
   is several times slower for small queries); weights and activations elsewhere keep the model's dtype.
 - `flash_attn_paged` (CUDA with `flash_attn` importable and `block_size` a multiple of 256, flash-attn 2's page
@@ -203,25 +204,42 @@ def _attend_in_place(meta: AttentionMetadata, layer: int, q: torch.Tensor, scali
 
 def attend_runs(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, RunMask | None]],
                 scale: float | None) -> torch.Tensor:
-    """q (1, kv_heads, rows, d) against the union of the runs' keys (each (1, kv_heads, length, d), views)."""
+    """q (1, kv_heads, rows, d) against the union of the runs' keys (each (1, kv_heads, length, d), views): one
+    fused call per run, merged by each run's log-sum-exp."""
     if len(parts) == 1:
         k, v, m = parts[0]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=None if m is None else m.bias, scale=scale)
-    if q.device.type != "cpu":  # no fused kernel here returns the log-sum-exp: one copy of this sequence's keys
-        bias = torch.cat([m.bias if m is not None else q.new_zeros(q.shape[2], k.shape[2]) for k, _, m in parts], 1)
-        return F.scaled_dot_product_attention(q, torch.cat([k for k, _, _ in parts], 2),
-                                              torch.cat([v for _, v, _ in parts], 2), attn_mask=bias, scale=scale)
-    outs, lses = [], []
-    for k, v, m in parts:
-        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, False, attn_mask=None if m is None else m.bias, scale=scale)
-        if m is not None and m.empty is not None:
-            lse = lse.masked_fill(m.empty, float("-inf"))
-        outs.append(o)
-        lses.append(lse)
+    attend = _run_with_lse_cpu if q.device.type == "cpu" else _run_with_lse_cuda
+    outs, lses = zip(*(attend(q, k, v, m, scale) for k, v, m in parts))
     lse = torch.stack(lses)  # (runs, 1, kv_heads, rows)
     weights = (lse - lse.logsumexp(0)).exp()
     return (torch.stack(outs) * weights[..., None]).sum(0)
+
+
+def _run_with_lse_cpu(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, attn_mask=None if m is None else m.bias, scale=scale)
+    if m is not None and m.empty is not None:
+        lse = lse.masked_fill(m.empty, float("-inf"))
+    return o, lse
+
+
+def _run_with_lse_cuda(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """The memory-efficient kernel, which returns the log-sum-exp (padded to 32 rows); its bias rows must start on
+    16-element boundaries, so the bias is laid out in rows of a padded width."""
+    rows = q.shape[2]
+    bias = None
+    if m is not None:
+        keys = m.bias.shape[1]
+        bias = m.bias.new_zeros(rows, -(-keys // 16) * 16)[:, :keys].copy_(m.bias)
+        bias = bias[None, None].expand(1, q.shape[1], rows, keys)
+    o, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, False,
+                                                                         scale=scale)
+    lse = lse[..., :rows]
+    if m is not None and m.empty is not None:  # rows that see nothing of this run: weight 0, output 0 (not NaN)
+        lse = lse.masked_fill(m.empty, float("-inf"))
+        o = o.masked_fill(m.empty[:, None], 0.0)
+    return o, lse
 
 
 def _attend_flash(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
