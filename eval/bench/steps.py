@@ -212,10 +212,14 @@ def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+READ_BUFFER_BYTES = 1 << 30  # the read-bandwidth probe's buffer at most (beside a GPU's KV pool it must fit)
+
+
 def read_seconds(num_bytes: int, warmup: int, repeats: int, device: torch.device) -> float:
-    """Time to read `num_bytes` once (a sum over a buffer that size)."""
-    buffer = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
-    return median_ms(buffer.sum, warmup, max(repeats, 5), device) / 1e3
+    """Time to read `num_bytes` once, at the bandwidth of a sum over a buffer that size (at most 1 GiB)."""
+    size = min(num_bytes, READ_BUFFER_BYTES)
+    buffer = torch.ones(size // 4, dtype=torch.float32, device=device)
+    return median_ms(buffer.sum, warmup, max(repeats, 5), device) / 1e3 * num_bytes / size
 
 
 def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:

@@ -3,6 +3,7 @@ dummy models, each part time-boxed; writes gpu_check.json and gpu_check.md into 
 
     bash eval/gpu/check.sh                    # on one CUDA GPU: the full plan, about 8 minutes
     bash eval/gpu/check.sh --dry-run --out D  # on a CPU: the same parts with tiny models, under 3 minutes
+    bash eval/gpu/check.sh --parts tests,rag  # only these parts (a short lease)
 
 gpu_check.json: {"dry_run", "started", "seconds", "plan", "machine", "tests", "steps", "mixed": {"backbone",
 "minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped, not available).
@@ -22,12 +23,21 @@ from eval.gpu.plan import DRY, FULL, Plan
 from eval.gpu.report import render
 
 
+PARTS = ("tests", "steps", "mixed", "rag")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="eval/gpu/check.sh", description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models (checks the script itself)")
     parser.add_argument("--out", type=Path, default=Path("gpu-check"), help="folder for gpu_check.json/.md")
     parser.add_argument("--budget", type=float, default=None, help="seconds for all parts (default: the plan's)")
-    return parser.parse_args(argv)
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, in the plan's order (default: {','.join(PARTS)})")
+    args = parser.parse_args(argv)
+    args.parts = args.parts.split(",")
+    if unknown := set(args.parts) - set(PARTS):
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
+    return args
 
 
 class Check:
@@ -73,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and not check.result["machine"].get("cuda"):
         print("[gpu-check] torch sees no CUDA device: nothing run (on a CPU use --dry-run)", file=sys.stderr)
         return 2
-    check.run_part("tests", lambda: tests_part(plan.test_paths, device, check.box(plan.tests_box_s), check.parts))
-    check.run_part("steps", lambda: steps_part(plan.steps_overrides, check.box(plan.steps_box_s), check.parts))
-    for part in plan.mixed:
+    if "tests" in args.parts:
+        check.run_part("tests", lambda: tests_part(plan.test_paths, device, check.box(plan.tests_box_s), check.parts))
+    if "steps" in args.parts:
+        check.run_part("steps", lambda: steps_part(plan.steps_overrides, check.box(plan.steps_box_s), check.parts))
+    for part in plan.mixed if "mixed" in args.parts else ():
         check.run_part("mixed", lambda: mixed_part(part, check.time_left, check.parts), sub=part.name)
-    check.run_part("rag", lambda: rag_part(plan.rag, plan.rates, check.time_left, check.parts))
+    if "rag" in args.parts:
+        check.run_part("rag", lambda: rag_part(plan.rag, plan.rates, check.time_left, check.parts))
     print(f"[gpu-check] wrote {args.out / 'gpu_check.json'} and {args.out / 'gpu_check.md'}")
     return 0
 

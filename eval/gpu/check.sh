@@ -21,6 +21,9 @@ if [ "$DRY" = 0 ] && compgen -G ".whl/*.whl" > /dev/null; then
         done
     fi
     export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    # a wheel whose own needs the machine lacks shows here, once, instead of in every part's log
+    "$PY" -c "import transformers.generation, sentence_transformers, peft, hydra" \
+        || echo "[gpu-check] the installed wheels do not import: add what is missing to eval/gpu/fetch_wheels.sh"
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi

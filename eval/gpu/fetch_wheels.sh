@@ -11,9 +11,9 @@ DEST=.whl
 LIMIT_MIB=64
 # transformers newer than the machine's 5.17 (with the hub, tokenizers, safetensors and regex versions it needs);
 # sentence-transformers, peft and accelerate matching it; the config stack (hydra, omegaconf, antlr4); the test
-# and path helpers the machine lacks.
+# and path helpers the machine lacks; what the hub client and BM25 retrieval need beside them.
 PACKAGES=(transformers huggingface-hub tokenizers safetensors regex sentence-transformers peft accelerate
-          hydra-core omegaconf pytest-asyncio platformdirs)
+          hydra-core omegaconf pytest-asyncio platformdirs httpx2 httpcore2 truststore hf-xet click kernels tomlkit bm25s)
 SOURCE_ONLY=(antlr4-python3-runtime)  # published as a source archive only: built into a wheel here
 
 pins() {

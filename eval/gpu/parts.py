@@ -87,26 +87,21 @@ def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
 
 # ---- benchmarks, one Hydra job per mode -----------------------------------------------------------------------------
 def bench_modes(part: BenchPart, extra: tuple[str, ...], time_left, folder: Path) -> tuple[dict, dict]:
-    """Runs `orthrus-rag-bench` over the part's modes as a Hydra multirun (one job per mode, each writing its own
-    bench.json); after a failing mode the remaining ones run again without it. Returns ({mode: bench.json},
-    {mode: why it has none})."""
-    results, problems, remaining, attempt = {}, {}, list(part.modes), 0
-    deadline_box = part.box_s
-    while remaining and min(deadline_box, time_left()) > MIN_START_S:
-        sweep = folder / part.name / f"run{attempt}"
-        args = python("-m", "eval.bench.cli", "-m", *part.overrides, *extra,
-                      "modes=" + ",".join(f"[{m}]" for m in remaining), f"hydra.sweep.dir={sweep}")
-        result = run_command(args, min(deadline_box, time_left()), folder / part.name / f"run{attempt}.log")
-        deadline_box -= result.seconds
+    """Runs `orthrus-rag-bench` once per mode, each in its own process (so no mode inherits another's device
+    memory), within the part's time box. Returns ({mode: bench.json}, {mode: why it has none})."""
+    results, problems, box = {}, {}, part.box_s
+    for mode in part.modes:
+        if min(box, time_left()) <= MIN_START_S:
+            problems[mode] = "not run: time box spent"
+            continue
+        sweep = folder / part.name / mode
+        args = python("-m", "eval.bench.cli", "-m", *part.overrides, *extra, f"modes=[{mode}]",
+                      f"hydra.sweep.dir={sweep}")
+        result = run_command(args, min(box, time_left()), folder / part.name / f"{mode}.log")
+        box -= result.seconds
         results.update(_benches_by_mode(sweep))
-        remaining = [m for m in remaining if m not in results]
-        if result.ok or not remaining:
-            break
-        problems[remaining.pop(0)] = f"{status_of(result)} (log parts/{part.name}/{result.log.name})"
-        if result.timed_out:
-            break
-        attempt += 1
-    problems.update({m: "not run: time box spent" for m in remaining if m not in problems})
+        if mode not in results:
+            problems[mode] = f"{status_of(result)} (log parts/{part.name}/{result.log.name})"
     return results, problems
 
 
