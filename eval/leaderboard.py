@@ -1,8 +1,11 @@
-"""Rebuild LEADERBOARD.md: one row per experiment config in conf/experiment/leaderboard/.
+"""Rebuild a leaderboard: one row per experiment config in its rows folder. Two boards: `smollm2` (LEADERBOARD.md,
+conf/experiment/leaderboard/, leaderboard/results/) and `qwen05` (LEADERBOARD_QWEN05.md,
+conf/experiment/leaderboard_qwen05/, leaderboard/results_qwen05/).
 
     python -m eval.leaderboard                                          # run every row, then rebuild
     python -m eval.leaderboard --rows ircot,standard_rag                # run these rows, then rebuild
     python -m eval.leaderboard --from-results leaderboard/results       # rebuild from the committed results
+    python -m eval.leaderboard --board qwen05                           # the same for the Qwen board
     python -m eval.leaderboard workers=4                                # each row over 4 Ray actors
 
 A run writes each row's results.json (see docs/experiments.md) to `leaderboard/results/<row>.json` and then rebuilds the
@@ -25,9 +28,24 @@ from tqdm import tqdm
 from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.files import write_atomic
 
-ROWS_DIR = CONF_DIR / "experiment" / "leaderboard"
-RESULTS_DIR = Path("leaderboard/results")
-DEFAULT_OUT = Path("LEADERBOARD.md")
+
+
+@dataclass(frozen=True)
+class Board:
+    """One leaderboard: its row configs (conf/experiment/<rows>/), its committed results and its Markdown file."""
+    name: str
+    rows: str
+    results: Path
+    out: Path
+
+    @property
+    def rows_dir(self) -> Path:
+        return CONF_DIR / "experiment" / self.rows
+
+
+BOARDS = {board.name: board for board in (
+    Board("smollm2", "leaderboard", Path("leaderboard/results"), Path("LEADERBOARD.md")),
+    Board("qwen05", "leaderboard_qwen05", Path("leaderboard/results_qwen05"), Path("LEADERBOARD_QWEN05.md")))}
 METRIC_COLUMNS = [("em", "EM"), ("f1", "F1"), ("acc", "Acc"), ("acc_substring", "Acc (substring)"),
                   ("recall", "passage recall"), ("all_gold", "all-gold")]
 HEADER = ["#", "pipeline", "dataset", "n", *(label for _, label in METRIC_COLUMNS), "p99 s", "q/s", "config"]
@@ -63,20 +81,20 @@ def read_results(folder: Path) -> list[Row]:
     return rows
 
 
-def row_names(only: list[str] | None = None) -> list[str]:
-    names = sorted(p.stem for p in ROWS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+def row_names(only: list[str] | None = None, board: Board = BOARDS["smollm2"]) -> list[str]:
+    names = sorted(p.stem for p in board.rows_dir.glob("*.yaml") if not p.stem.startswith("_"))
     unknown = sorted(set(only or []) - set(names))
     if unknown:
-        raise ValueError(f"no leaderboard config for {unknown} in {ROWS_DIR}; have {names}")
+        raise ValueError(f"no leaderboard config for {unknown} in {board.rows_dir}; have {names}")
     return [n for n in names if not only or n in only]
 
 
-def run_experiments(names: list[str], runs: Path, results_dir: Path, overrides: list[str]) -> None:
-    """`python -m orthrus_rag.cli.run +experiment=leaderboard/<name>` for each row, one after another, each run into
+def run_experiments(names: list[str], rows: str, runs: Path, results_dir: Path, overrides: list[str]) -> None:
+    """`python -m orthrus_rag.cli.run +experiment=<rows>/<name>` for each row, one after another, each run into
     runs/<name>/ and its results.json saved as results_dir/<name>.json."""
     for name in tqdm(names, desc="leaderboard", unit="row"):
         run_dir = runs / name
-        args = [sys.executable, "-m", "orthrus_rag.cli.run", f"+experiment=leaderboard/{name}",
+        args = [sys.executable, "-m", "orthrus_rag.cli.run", f"+experiment={rows}/{name}",
                 f"hydra.run.dir={run_dir}", *overrides]
         tqdm.write(" ".join(args))
         if subprocess.run(args).returncode != 0:
@@ -259,8 +277,8 @@ def type_table(rows: list[Row]) -> list[str]:
     return ["", *lines]
 
 
-def render(rows: list[Row]) -> str:
-    """LEADERBOARD.md for these rows: a function of the results alone, so equal results give equal bytes."""
+def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
+    """The board's Markdown for these rows: a function of the results alone, so equal results give equal bytes."""
     rows = sorted(rows, key=lambda row: row.sort_key)
     lines = ["# Leaderboard", "",
              "Pipelines on the same questions. EM and F1 are the official 2WikiMultihopQA scorer's; Acc counts a "
@@ -273,31 +291,36 @@ def render(rows: list[Row]) -> str:
              "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
     lines += ["| " + " | ".join(table_row(i + 1, row)) + " |" for i, row in enumerate(rows)]
     lines += type_table(rows)
-    lines += ["", "Each row's settings live in `conf/experiment/leaderboard/` (shared ones in `_pinned.yaml`) and its "
-              "results in `leaderboard/results/<row>.json`. `python -m eval.leaderboard` reruns every row one after "
-              "another and rebuilds this file; `python -m eval.leaderboard --from-results leaderboard/results` "
-              "rebuilds it from the committed results.", ""]
+    command = "python -m eval.leaderboard" + ("" if board.name == "smollm2" else f" --board {board.name}")
+    lines += ["", f"Each row's settings live in `conf/experiment/{board.rows}/` (shared ones in `_pinned.yaml`) and "
+              f"its results in `{board.results}/<row>.json`. `{command}` reruns every row one after another and "
+              f"rebuilds this file; `{command} --from-results {board.results}` rebuilds it from the committed "
+              "results.", ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m eval.leaderboard", description=__doc__.split("\n")[0])
+    parser.add_argument("--board", choices=sorted(BOARDS), default="smollm2",
+                        help="which leaderboard: its rows folder, results folder and Markdown file")
     parser.add_argument("--from-results", type=Path, help="read results files under this folder; run nothing")
     parser.add_argument("--rows", help="comma-separated row names (default: every config in the rows folder)")
-    parser.add_argument("--runs", type=Path, default=Path("outputs/leaderboard"), help="where new runs write")
-    parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where each row's results are kept")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the Markdown file to write")
+    parser.add_argument("--runs", type=Path, help="where new runs write (default: outputs/<the board's rows>)")
+    parser.add_argument("--results", type=Path, help="where each row's results are kept (default: the board's)")
+    parser.add_argument("--out", type=Path, help="the Markdown file to write (default: the board's)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. dataset.limit=20")
     args = parser.parse_args(argv)
+    board = BOARDS[args.board]
+    results, out = args.results or board.results, args.out or board.out
     try:
         if not args.from_results:
-            run_experiments(row_names(args.rows.split(",") if args.rows else None), args.runs, args.results,
-                            args.overrides)
-        rows = read_results(args.from_results or args.results)
+            run_experiments(row_names(args.rows.split(",") if args.rows else None, board), board.rows,
+                            args.runs or Path("outputs") / board.rows, results, args.overrides)
+        rows = read_results(args.from_results or results)
     except (FileNotFoundError, ValueError, RuntimeError) as error:
         parser.error(str(error))
-    write_atomic(args.out, render(rows))
-    print(f"leaderboard: {args.out} ({len(rows)} rows)")
+    write_atomic(out, render(rows, board))
+    print(f"leaderboard: {out} ({len(rows)} rows)")
 
 
 if __name__ == "__main__":

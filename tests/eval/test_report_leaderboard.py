@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import eval.leaderboard as leaderboard
-from eval.leaderboard import main, row_names
+from eval.leaderboard import BOARDS, main, row_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,7 +154,7 @@ def fake_experiment(rows: dict[str, dict]):
     def run(args, **kwargs):
         calls.append(args)
         assert args[:3] == [sys.executable, "-m", "orthrus_rag.cli.run"]
-        name = args[3].removeprefix("+experiment=leaderboard/")
+        name = args[3].rsplit("/", 1)[1]
         run_dir = Path(args[4].removeprefix("hydra.run.dir="))
         run_dir.mkdir(parents=True)
         (run_dir / "results.json").write_text(json.dumps(dict(rows[name], predictions=["raw"])))
@@ -179,10 +179,28 @@ def test_running_the_rows_saves_them_and_rebuilds_the_same_bytes(tmp_path, monke
     assert out.read_bytes() == (tmp_path / "again.md").read_bytes()
 
 
-def test_committed_results_rebuild_the_committed_leaderboard(tmp_path):
-    assert {p.stem for p in (ROOT / "leaderboard" / "results").glob("*.json")} == set(row_names())
-    main(["--from-results", str(ROOT / "leaderboard" / "results"), "--out", str(tmp_path / "LEADERBOARD.md")])
-    assert (tmp_path / "LEADERBOARD.md").read_bytes() == (ROOT / "LEADERBOARD.md").read_bytes()
+def test_the_qwen_board_runs_its_own_rows_and_says_how_to_rebuild_it(tmp_path, monkeypatch):
+    run, calls = fake_experiment({"ircot": full_results("ircot", 0.3, "2026-12-01T10:00:00+00:00")})
+    monkeypatch.setattr(leaderboard.subprocess, "run", run)
+    out = tmp_path / "board.md"
+    main(["--board", "qwen05", "--rows", "ircot", "--runs", str(tmp_path / "runs"), "--results",
+          str(tmp_path / "results"), "--out", str(out)])
+    assert [c[3] for c in calls] == ["+experiment=leaderboard_qwen05/ircot"]
+    text = out.read_text()
+    assert "`conf/experiment/leaderboard_qwen05/`" in text
+    assert "`python -m eval.leaderboard --board qwen05 --from-results leaderboard/results_qwen05`" in text
+
+
+@pytest.mark.parametrize("board", BOARDS.values(), ids=BOARDS)
+def test_committed_results_rebuild_the_committed_leaderboard(tmp_path, board):
+    if not (ROOT / board.results).is_dir():
+        pytest.skip(f"no committed results for the {board.name} board")
+    committed = {p.stem for p in (ROOT / board.results).glob("*.json")}
+    assert committed <= set(row_names(board=board)) and committed
+    if board.name == "smollm2":
+        assert committed == set(row_names())
+    main(["--board", board.name, "--from-results", str(ROOT / board.results), "--out", str(tmp_path / "board.md")])
+    assert (tmp_path / "board.md").read_bytes() == (ROOT / board.out).read_bytes()
 
 
 def test_rows_and_errors(tmp_path, capsys):
