@@ -23,22 +23,17 @@ HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 def key_storages(engine, monkeypatch) -> list[bool]:
     """Run the engine to the end; for every key tensor attention was given, whether it lies in the cache's storage."""
     seen = []
-    real_sdpa, real_fused = F.scaled_dot_product_attention, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     pools = {t.untyped_storage().data_ptr() for t in engine.runner.cache.k}
 
-    def record(k):
-        seen.append(k.untyped_storage().data_ptr() in pools)
+    def recorded(real):
+        def call(q, k, v, *args, **kwargs):
+            seen.append(k.untyped_storage().data_ptr() in pools)
+            return real(q, k, v, *args, **kwargs)
+        return call
 
-    def sdpa(q, k, v, *args, **kwargs):
-        record(k)
-        return real_sdpa(q, k, v, *args, **kwargs)
-
-    def fused(q, k, v, *args, **kwargs):
-        record(k)
-        return real_fused(q, k, v, *args, **kwargs)
-
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", sdpa)
-    monkeypatch.setattr(attention.torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", fused)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recorded(F.scaled_dot_product_attention))
+    for fused in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention"):
+        monkeypatch.setattr(attention.torch.ops.aten, fused, recorded(getattr(torch.ops.aten, fused)))
     while engine.has_unfinished():
         engine.step()
     return seen
