@@ -2,7 +2,8 @@
 
 The deadline is `server.request_timeout_s`, shortened by a request's own `timeout` field (routes call
 `shorten_deadline`). Past it the route is cancelled, which aborts its engine request and frees its KV blocks, and the
-caller gets 504 with the OpenAI error body (a stream already started is cut off). Beyond
+caller gets 504 with the OpenAI error body (a stream already started is cut off, after the grace a stream that ends
+itself with an error event asks for). Beyond
 `server.max_concurrent_per_key` requests in flight with one API key (or from one client address when the server has
 no key), a request gets 429. The read-only listings (`/v1/engine/steps`, `/v1/rag/pipelines`, `/v1/rag/examples`,
 `/v1/models`), which do no engine work and which the web page loads and polls while its questions run, are bounded by
@@ -28,11 +29,14 @@ UNBOUNDED = ("/v1/engine/steps", "/v1/rag/pipelines", "/v1/rag/examples", "/v1/m
 
 @dataclass
 class Deadline:
-    """When the request must be done (event-loop time; None: never), and a signal when a route shortens it."""
+    """When the request must be done (event-loop time; None: never), and a signal when a route shortens it. A route
+    whose started response ends itself at `at` (a stream that sends an error event) sets `grace_s`: how long past
+    `at` it may take to do so before it is cut off."""
 
     start: float
     at: float | None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    grace_s: float = 0.0
 
     def remaining(self) -> float | None:
         return None if self.at is None else self.at - asyncio.get_running_loop().time()
@@ -89,6 +93,8 @@ class LimitsMiddleware:
             while not route.done():
                 deadline.changed.clear()
                 remaining = deadline.remaining()
+                if remaining is not None and started:
+                    remaining += deadline.grace_s
                 if remaining is not None and remaining <= 0:
                     break
                 waiter = asyncio.ensure_future(deadline.changed.wait())

@@ -15,7 +15,7 @@ from orthrus_rag.serving.examples import score
 from orthrus_rag.serving.rag_events import AnswerEvent, ErrorEvent, StartEvent, Timeline, live_event
 from orthrus_rag.serving.responses import RagResponse
 
-DEADLINE_MARGIN_S = 0.5  # the stream ends this long before the server's deadline cuts the connection
+STREAM_GRACE_S = 2.0  # past the deadline the stream sends its error event; the server cuts it only this long after
 
 
 async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pipeline: str,
@@ -31,7 +31,7 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
     task = asyncio.ensure_future(run())
     task.add_done_callback(lambda _: events.put_nowait(None))
     yield StartEvent(question=question, pipeline=pipeline).model_dump()
-    end = None if remaining_s is None else asyncio.get_running_loop().time() + _stream_timeout(remaining_s)
+    end = None if remaining_s is None else asyncio.get_running_loop().time() + remaining_s
     timeline = Timeline()
     try:
         while (event := await _next(events, end)) is not None:
@@ -50,10 +50,6 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
         if not task.done():  # the client went away or time ran out: stop the pipeline and its engine requests
             task.cancel()
             await asyncio.wait([task])
-
-
-def _stream_timeout(remaining_s: float) -> float:
-    return max(0.0, remaining_s - min(DEADLINE_MARGIN_S, remaining_s / 10))
 
 
 async def _next(events: asyncio.Queue, end: float | None):

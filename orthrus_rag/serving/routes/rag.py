@@ -12,7 +12,7 @@ from orthrus_rag.serving.errors import APIError, RagInputError, bad_request
 from orthrus_rag.serving.limits import SCOPE_KEY, shorten_deadline
 from orthrus_rag.serving.openapi import RAG_STREAM
 from orthrus_rag.serving.rag_service import RagService
-from orthrus_rag.serving.rag_stream import rag_events
+from orthrus_rag.serving.rag_stream import STREAM_GRACE_S, rag_events
 from orthrus_rag.serving.requests import RagRequest
 from orthrus_rag.serving.responses import RagResponse
 from orthrus_rag.serving.sse import sse_response
@@ -33,6 +33,8 @@ async def rag(req: RagRequest, request: Request, state: ServerState = Depends(ge
     if req.stream:
         example = state.examples.find(req.example) if req.example else None
         deadline = request.scope.get(SCOPE_KEY)
+        if deadline:
+            deadline.grace_s = STREAM_GRACE_S
         return sse_response(rag_events(answer, req.question, req.pipeline or state.settings.rag.pipeline, example,
                                        deadline.remaining() if deadline else None))
     try:

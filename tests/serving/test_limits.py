@@ -1,0 +1,43 @@
+"""The deadline middleware on its own: a started response that ends itself gets its grace, any other is cut."""
+import asyncio
+
+import pytest
+
+from orthrus_rag.serving.limits import SCOPE_KEY, LimitsMiddleware
+
+
+def late_route(grace_s: float, late_s: float):
+    """Starts its response, then sends its last chunk `late_s` after the start (past a shorter deadline)."""
+    async def route(scope, receive, send):
+        scope[SCOPE_KEY].grace_s = grace_s
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.sleep(late_s)
+        await send({"type": "http.response.body", "body": b"the error event", "more_body": False})
+    return route
+
+
+async def served(route, timeout_s: float) -> list[dict]:
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        await asyncio.sleep(60)
+
+    scope = {"type": "http", "path": "/v1/rag", "headers": [], "client": ("127.0.0.1", 1)}
+    await LimitsMiddleware(route, timeout_s, None, None)(scope, receive, send)
+    return sent
+
+
+@pytest.mark.parametrize("grace_s, ends", [(1.0, True), (0.0, False)])
+async def test_a_started_stream_ends_itself_within_its_grace_or_is_cut(grace_s, ends):
+    sent = await served(late_route(grace_s, late_s=0.3), timeout_s=0.1)  # 0.2 s late, as on a loaded machine
+    assert sent[0]["type"] == "http.response.start"
+    assert any(m.get("body") == b"the error event" for m in sent) == ends
+
+
+async def test_the_grace_does_not_outlast_itself():
+    start = asyncio.get_running_loop().time()
+    sent = await served(late_route(0.2, late_s=5.0), timeout_s=0.1)
+    assert asyncio.get_running_loop().time() - start < 2 and len(sent) == 1  # cut at deadline + grace
