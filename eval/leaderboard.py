@@ -8,8 +8,8 @@ conf/experiment/leaderboard_qwen05/, leaderboard/results_qwen05/).
     python -m eval.leaderboard --board qwen05                           # the same for the Qwen board
     python -m eval.leaderboard workers=4                                # each row over 4 Ray actors
 
-A run writes each row's results.json (see docs/experiments.md) to `leaderboard/results/<row>.json` and then rebuilds the
-table from that folder, so `--from-results leaderboard/results` gives the same file byte for byte. The header
+A run writes each row's results.json (see docs/experiments.md) to the board's results folder as `<row>.json` and then
+rebuilds the table from that folder, so `--from-results <that folder>` gives the same file byte for byte. The header
 comes from the results themselves (models, dtype, index, corpus, questions, machine, versions, commit, date and
 whether the rows ran one at a time); rows are sorted by Acc, then F1.
 """
@@ -27,7 +27,6 @@ from tqdm import tqdm
 
 from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.files import write_atomic
-
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ attends each sequence to its own keys only, where the cache holds them:
   folded into the query axis, so a decode is one (group x 1) query per KV head. One run: one
   `scaled_dot_product_attention` call. Several runs (a shared prefix, a fragmented pool): one fused call per run
   (torch's flash kernel on CPU, its memory-efficient kernel on CUDA), each returning its log-sum-exp, merged exactly
-  (softmax over the union of the runs). No query meets another
-  sequence's keys or padding. On CPU the cache and the attention math are float32 here (torch's bfloat16 CPU kernel
-  is several times slower for small queries); weights and activations elsewhere keep the model's dtype.
+  (softmax over the union of the runs). No query meets another sequence's keys or padding. On CPU the cache and the
+  attention math are float32 here (torch's bfloat16 CPU kernel is several times slower for small queries); weights
+  and activations elsewhere keep the model's dtype.
 - `flash_attn_paged` (CUDA with `flash_attn` importable and `block_size` a multiple of 256, flash-attn 2's page
   size): the packed queries and the cache's pages go to `flash_attn_varlen_func` with each sequence's block table.
 """

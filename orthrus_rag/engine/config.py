@@ -28,7 +28,7 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the generator's max_position_embeddings
     # Paged KV cache.
     block_size: int = 16  # tokens per KV block
-    num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds (docs/engine.md)
+    num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds
     kv_memory_fraction: float = 0.8  # for num_kv_blocks=None on CUDA: share of free memory after the generator loads
     enable_prefix_caching: bool = True  # share full KV blocks with identical token prefixes
     # Admission and liveness.
