@@ -33,6 +33,7 @@ from orthrus_rag.files import write_atomic
 class Board:
     """One leaderboard: its row configs (conf/experiment/<rows>/), its committed results and its Markdown file."""
     name: str
+    title: str
     rows: str
     results: Path
     out: Path
@@ -43,8 +44,9 @@ class Board:
 
 
 BOARDS = {board.name: board for board in (
-    Board("smollm2", "leaderboard", Path("leaderboard/results"), Path("LEADERBOARD.md")),
-    Board("qwen05", "leaderboard_qwen05", Path("leaderboard/results_qwen05"), Path("LEADERBOARD_QWEN05.md")))}
+    Board("smollm2", "Leaderboard", "leaderboard", Path("leaderboard/results"), Path("LEADERBOARD.md")),
+    Board("qwen05", "Leaderboard: Qwen2.5-Coder-0.5B-Instruct", "leaderboard_qwen05", Path("leaderboard/results_qwen05"),
+          Path("LEADERBOARD_QWEN05.md")))}
 METRIC_COLUMNS = [("em", "EM"), ("f1", "F1"), ("acc", "Acc"), ("acc_substring", "Acc (substring)"),
                   ("recall", "passage recall"), ("all_gold", "all-gold")]
 HEADER = ["#", "pipeline", "dataset", "n", *(label for _, label in METRIC_COLUMNS), "p99 s", "q/s", "config"]
@@ -279,7 +281,7 @@ def type_table(rows: list[Row]) -> list[str]:
 def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
     """The board's Markdown for these rows: a function of the results alone, so equal results give equal bytes."""
     rows = sorted(rows, key=lambda row: row.sort_key)
-    lines = ["# Leaderboard", "",
+    lines = [f"# {board.title}", "",
              "Pipelines on the same questions. EM and F1 are the official 2WikiMultihopQA scorer's; Acc counts a "
              "gold answer found as whole words in the prediction, Acc (substring) a gold answer found anywhere in it "
              "(both after normalisation; every score is the best over the answer and its aliases). Passage recall is "
