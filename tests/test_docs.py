@@ -52,3 +52,16 @@ def test_the_engine_knob_table_lists_every_runtime_field_with_its_default():
     defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
                 for f in dataclasses.fields(EngineConfig) if f.name not in ("generator", "embedder")}
     assert {key: yaml.safe_load(value) for key, value in rows.items()} == defaults
+
+
+def relative_links(page: Path) -> list[str]:
+    """The targets of a page's Markdown links and images that point into the repository (no scheme, no anchor)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8"))
+    return [t.split("#", 1)[0] for t in targets if "://" not in t and not t.startswith(("#", "mailto:"))]
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "pipelines" / "README.md", *ROOT.glob("LEADERBOARD*.md")],
+                         ids=lambda page: str(page.relative_to(ROOT)))
+def test_relative_links_point_at_files_that_exist(page):
+    missing = [target for target in relative_links(page) if not (page.parent / target).exists()]
+    assert not missing, f"{page.relative_to(ROOT)} links to files that do not exist: {missing}"
