@@ -130,12 +130,16 @@ async def test_a_huge_prompt_is_tokenised_off_the_engine_thread(tiny_llama_dir):
     """A 1 MiB prompt beside 8 streams: it is refused (too long) and the streams' tokens are not held up."""
     engine = AsyncEngine(tiny_config(tiny_llama_dir))
     try:
-        gaps, threads = [], set()
+        gaps, threads, took = [], set(), []
         real_tokenize = engine.engine._tokenize
 
         def tokenize(*args):
             threads.add(threading.current_thread().name)
-            return real_tokenize(*args)
+            start = time.monotonic()
+            try:
+                return real_tokenize(*args)
+            finally:
+                took.append(time.monotonic() - start)
 
         engine.engine._tokenize = tokenize
 
@@ -155,6 +159,8 @@ async def test_a_huge_prompt_is_tokenised_off_the_engine_thread(tiny_llama_dir):
         await asyncio.wait_for(asyncio.gather(*streams), timeout=60)
         assert "orthrus-engine" not in threads
         median = sorted(gaps)[len(gaps) // 2]
-        assert gaps and max(gaps) < median + 0.1, (max(gaps), median)
+        # on the engine thread the streams would stall for the whole tokenisation; a busy machine stretches both
+        allowed = max(median + 0.1, 0.5 * max(took))
+        assert gaps and max(gaps) < allowed, (max(gaps), median, max(took))
     finally:
         engine.shutdown(timeout_s=10)
