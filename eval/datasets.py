@@ -127,11 +127,6 @@ def load_official_questions(path: str | Path, split: str = "test", limit: int | 
     return [_to_question(row, path) for row in select_split(read_official(path), split, limit)]
 
 
-def load_official_corpus(path: str | Path) -> list[Passage]:
-    """Passages from the official file's `context` paragraphs, one per distinct (title, text)."""
-    return context_passages(read_official(path))
-
-
 def context_passages(records: Iterable[dict[str, Any]], prefix: str = "ctx") -> list[Passage]:
     """Deduplicated passages of the `context` paragraphs ([[title, [sentences]], ...]) of the records, in order of
     first appearance, with ids `<prefix>-000000`, ..."""

@@ -76,9 +76,3 @@ def _top_p_sorted(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Ten
     drop[:, 0] = False  # always keep the best token (a p that rounds to 0 would otherwise drop them all)
     return sorted_logits.masked_fill(drop, float("-inf"))
 
-
-def _top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Top-p on one row of logits in vocabulary order (for inspection and tests)."""
-    sorted_logits, order = torch.sort(logits, descending=True)
-    kept = _top_p_sorted(sorted_logits[None], torch.tensor([p]))[0]
-    return torch.empty_like(logits).scatter_(0, order, kept)

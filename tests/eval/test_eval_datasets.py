@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import (DatasetError, Question, load_aliases, load_official_corpus, load_questions,
+from eval.datasets import (DatasetError, Question, context_passages, load_aliases, load_questions, read_official,
                            select_split)
 from orthrus_rag.rag.types import Passage
 
@@ -63,7 +63,7 @@ def test_official_json_questions(tmp_path):
 def test_official_context_corpus_is_deduplicated(tmp_path):
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(OFFICIAL))
-    assert load_official_corpus(path) == [
+    assert context_passages(read_official(path)) == [
         Passage("ctx-000000", "Kestrel Works", "Kestrel Works makes pumps. It was founded by Ida Brenn."),
         Passage("ctx-000001", "Ida Brenn", "Ida Brenn was an engineer. She was born in Ormsby."),
         Passage("ctx-000002", "Ormsby", "Ormsby dates from 1201."),
