@@ -1,5 +1,6 @@
 """Every Python block in README.md and docs/*.md runs as written, on the shipped models (pipelines/README.md has its
-own test). A block that talks to a server (`base_url=`) gets one on a free port in place of 127.0.0.1:8000."""
+own test). A block that talks to a server (`base_url=`) gets one on a free port in place of 127.0.0.1:8000. Every
+relative link in those pages points at a file that exists."""
 from __future__ import annotations
 
 import re
