@@ -3,7 +3,7 @@
 - `engine_ms`: one engine step of that shape through the model runner (packing, forward with the paged attention,
   batched sampling of the rows that sample), the KV context already in the cache;
 - `hf_ms`: one plain transformers forward (its default attention, no KV cache) over the same number of tokens in
-  one row;
+  one row, with the output layer over as many rows as the step samples (one per decode and per prefill chunk);
 - `hf_cached_ms`: the same rows through transformers with a `DynamicCache` already holding each row's context
   (the decodes as one batch, the prefill chunk alone, the embedding chunks as one batch without a cache): the
   arithmetic anchor, the cost of the same work over contiguous caches;
@@ -52,6 +52,11 @@ class StepShape:
     @property
     def num_tokens(self) -> int:
         return self.decodes + self.prefill + self.embeds * self.embed_tokens
+
+    @property
+    def num_sampled(self) -> int:
+        """Rows the step samples a token from: every decode and the prefill chunk."""
+        return self.decodes + (1 if self.prefill else 0)
 
 
 @dataclass
@@ -122,12 +127,13 @@ def engine_step(runner: ModelRunner, chunks: list[ScheduledChunk]) -> Callable[[
     return step
 
 
-def hf_forward(model, num_tokens: int, vocab: int, device: torch.device) -> Callable[[], object]:
-    ids = torch.randint(vocab, (1, num_tokens), generator=torch.Generator().manual_seed(0)).to(device)
+def hf_forward(model, shape: StepShape, vocab: int, device: torch.device) -> Callable[[], object]:
+    ids = torch.randint(vocab, (1, shape.num_tokens), generator=torch.Generator().manual_seed(0)).to(device)
+    logit_rows = max(1, shape.num_sampled)
 
     @torch.inference_mode()
     def forward():
-        return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        return model(input_ids=ids, use_cache=False, logits_to_keep=logit_rows)
 
     return forward
 
@@ -239,7 +245,7 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
                 step = engine_step(runner, chunks)
                 result = steps[name][str(threads)] = {
                     "engine_ms": round(median_ms(step, workload.warmup, workload.repeats, runner.device), 3),
-                    "hf_ms": round(median_ms(hf_forward(hf_model, shape.num_tokens, vocab, runner.device),
+                    "hf_ms": round(median_ms(hf_forward(hf_model, shape, vocab, runner.device),
                                              workload.warmup, workload.repeats, runner.device), 3),
                     "hf_cached_ms": round(median_ms(
                         hf_cached_forward(hf_model, shape, workload.context, vocab, runner.device),

@@ -20,6 +20,13 @@ def test_greedy_rows_are_argmax():
     assert sample_batch(logits, params, [None] * 5) == logits.argmax(-1).tolist()
 
 
+def test_greedy_ties_take_the_first_index_in_bfloat16():
+    logits = (logits_rows(64) * 2).round().to(torch.bfloat16)  # rounded: most rows hold a tied maximum
+    logits[:, [3, 7]] = logits.max(-1, keepdim=True).values + 1  # and every row a tie at 3 and 7
+    params = [SamplingParams(temperature=0.0)] * 64
+    assert sample_batch(logits, params, [None] * 64) == [3] * 64
+
+
 def test_seeded_row_is_independent_of_batch_composition():
     logits = logits_rows(4, seed=1)
     mine = SamplingParams(temperature=0.9, top_k=8, top_p=0.95, seed=3)

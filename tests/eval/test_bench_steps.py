@@ -1,7 +1,7 @@
 """The step micro-benchmark on the tiny model: bench.json layout and the Hydra config."""
 import json
 
-from eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, run_steps
+from eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, hf_forward, run_steps
 from orthrus_rag.engine import EngineConfig
 
 SHAPES = {"decode8", "decode64", "decode8_prefill256", "decode8_embed8x32"}
@@ -41,6 +41,18 @@ def test_shapes_build_the_rows_they_name():
     tables = [b for c in chunks for b in c.seq.block_table]
     assert len(tables) == len(set(tables))  # no two sequences share a block
     assert all(c.completes for c in chunks)
+
+
+def test_hf_forward_computes_logits_for_the_rows_the_engine_samples(tiny_llama_dir):
+    import torch
+
+    from orthrus_rag.models import load_generator
+
+    model, _ = load_generator(str(tiny_llama_dir), torch.float32, "cpu")
+    for shape, rows in [(StepShape(decodes=5), 5), (StepShape(decodes=3, prefill=10), 4),
+                        (StepShape(embeds=2, embed_tokens=4), 1)]:
+        logits = hf_forward(model, shape, model.config.vocab_size, torch.device("cpu"))().logits
+        assert logits.shape[:2] == (1, rows), shape
 
 
 def test_shapes_with_their_own_contexts():
