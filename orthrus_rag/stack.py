@@ -163,11 +163,15 @@ def _engine_config(cfg: DictConfig) -> EngineConfig:
     (runtime keys map one to one; the embedding adapter is runtime.embedding_adapter, else embedder.adapter)."""
     from orthrus_rag.engine import InvalidRequestError
     from orthrus_rag.engine.policy import make_policy
-    from orthrus_rag.models.device import resolve_dtype
+    from orthrus_rag.models.device import cpu_flags, resolve_dtype
 
     runtime = plain(cfg.runtime)
     check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))
     runtime["embedding_adapter"] = _adapter_folder(cfg)
+    try:
+        cpu_flags()  # a bad ORTHRUS_CPU_MAX_ISA fails here, before anything loads
+    except ValueError as error:
+        raise UserError(str(error)) from error
     try:
         runtime["dtype"] = str(resolve_dtype(runtime.get("dtype", "auto"), runtime.get("device", "auto")))
     except ValueError as error:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -22,7 +21,7 @@ from eval.bench.metrics import Record, counter_delta, ratios, summarize
 from eval.bench.workload import Request, make_requests
 from eval.run_info import cpu_model
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
-from orthrus_rag.models import resolve_dtype
+from orthrus_rag.models import resolve_dtype, usable_cores
 
 MODES = ("hetero", "isolated", "alternating", "hf")
 
@@ -46,12 +45,8 @@ class Workload:
     seed: int = 0
 
 
-def num_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def make_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
-    threads = config.num_threads or num_cores()
+    threads = config.num_threads or usable_cores()
     if mode == "hetero":
         return EngineBackend(replace(config, num_threads=threads), sampling, pooling)
     if mode == "alternating":
@@ -149,7 +144,7 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
                                            "ratios": ratios(results)}
     bench["modes"] = {mode: result.to_dict() for mode, result in overall.items()}
     bench["ratios"] = ratios(overall)
-    threads = config.num_threads or num_cores()
+    threads = config.num_threads or usable_cores()
     bench["config"] = {"modes": modes, "workload": asdict(workload), "engine": asdict(config),
                        "dtype": ran_dtype(config),
                        "pooling": asdict(pooling), "sampling": asdict(sampling),
@@ -164,7 +159,7 @@ def ran_dtype(config: EngineConfig) -> str:
 
 
 def machine_info() -> dict:
-    return {"cores": num_cores(), "cpu_model": cpu_model(), "torch": torch.__version__,
+    return {"cores": usable_cores(), "cpu_model": cpu_model(), "torch": torch.__version__,
             "python": platform.python_version(), "cuda": torch.cuda.is_available()}
 
 

@@ -18,7 +18,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto = bfloat16 on GPUs and CPUs with AVX512-BF16 or AMX, else float32
     device: str = "auto"  # auto = cuda when available, else cpu
     load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
-    num_threads: int | None = None  # torch threads; None: cores - 1, at least 1 (docs/engine.md: Threads)
+    num_threads: int | None = None  # torch threads; None: every core the process may use
     # auto: vllm_cpu on CPU where its kernels load, flash_attn_paged on CUDA with flash-attn and block_size % 256 == 0,
     # else sdpa_in_place (all read the KV cache in place; engine/attention.py)
     attention_backend: str = "auto"

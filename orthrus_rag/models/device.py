@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import torch
@@ -33,13 +34,22 @@ def cpu_has_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
+MAX_ISA_ENV = "ORTHRUS_CPU_MAX_ISA"  # avx2: see the CPU as an AVX2-only one (its AVX512 and AMX flags dropped)
+
+
 @functools.cache
 def cpu_flags() -> frozenset[str]:
-    """The CPU's instruction-set flags, read once from /proc/cpuinfo (none where it cannot be read)."""
+    """The CPU's instruction-set flags, read once from /proc/cpuinfo (none where it cannot be read). With
+    ORTHRUS_CPU_MAX_ISA=avx2 the AVX512 and AMX flags are left out, so `dtype: auto` and the kernel choice are those
+    of an AVX2-only CPU (flags can only be removed, so nothing this CPU cannot run is ever picked)."""
     try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
+        flags = frozenset(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         return frozenset()
+    cap = os.environ.get(MAX_ISA_ENV, "").lower()
+    if cap not in ("", "avx2"):
+        raise ValueError(f"{MAX_ISA_ENV} must be avx2 or unset, got {cap!r}")
+    return frozenset(f for f in flags if not f.startswith(("avx512", "amx"))) if cap else flags
 
 
 def resolve_device(device: str) -> torch.device:

@@ -13,17 +13,14 @@ from orthrus_rag.models.device import resolve_device, resolve_dtype  # noqa: E40
 from orthrus_rag.models.dummy import dummy_embedder_folder, dummy_generator, is_dummy  # noqa: E402
 from orthrus_rag.models.registry import resolve_model_path  # noqa: E402
 
-def default_threads() -> int:
-    """One core fewer than the process may use, at least one: the rest of the process (asyncio loop, clients,
-    tokenisation, FAISS) keeps a core, so torch's threads, which wait for each other after every operator, are not
-    descheduled mid-step. Measured on 2 cores: 1 thread beat 2 for decode steps whenever another thread was busy."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores - 1)
+def usable_cores() -> int:
+    """The cores this process may run on: torch's thread count by default (docs/engine.md: Threads)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def set_threads(num_threads: int | None) -> int:
-    """Set torch's intra-op threads (None: `default_threads()`); returns the count."""
-    torch.set_num_threads(int(num_threads or default_threads()))
+    """Set torch's intra-op threads (None: every usable core); returns the count."""
+    torch.set_num_threads(int(num_threads or usable_cores()))
     return torch.get_num_threads()
 
 

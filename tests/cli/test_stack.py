@@ -61,6 +61,19 @@ def test_bad_passage_max_tokens_is_a_user_error(value):
         embedding(config("backbone", **{"embedder.passage_max_tokens": value}))
 
 
+def test_a_bad_max_isa_is_a_user_error_before_anything_loads(monkeypatch):
+    from orthrus_rag.models import device
+
+    monkeypatch.setenv(device.MAX_ISA_ENV, "avx9")
+    device.cpu_flags.cache_clear()
+    try:
+        with pytest.raises(UserError, match="ORTHRUS_CPU_MAX_ISA must be avx2 or unset, got 'avx9'"):
+            engine_config(config("minilm", **{"runtime.dtype": "float32"}))
+    finally:
+        monkeypatch.delenv(device.MAX_ISA_ENV)
+        device.cpu_flags.cache_clear()
+
+
 def test_the_recipe_and_the_cache_folder_name_the_dtype_embedded_in(tmp_path):
     from orthrus_rag.models.device import cpu_has_bf16
 

@@ -33,3 +33,23 @@ def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
         device.cpu_flags.cache_clear()
         assert device.cpu_has_bf16() is want, flags
     device.cpu_flags.cache_clear()
+
+
+def test_max_isa_avx2_hides_avx512_and_amx(monkeypatch, tmp_path):
+    from orthrus_rag.engine.vllm_cpu import extension_for
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags : fpu avx2 fma avx512f avx512bw avx512dq avx512vl avx512_bf16 amx_bf16 amx_tile\n")
+    monkeypatch.setattr(device, "Path", lambda _: cpuinfo)
+    try:
+        for cap, bf16, extension in [("", True, "_C"), ("avx2", False, "_C_AVX2"), ("AVX2", False, "_C_AVX2")]:
+            monkeypatch.setenv(device.MAX_ISA_ENV, cap)
+            device.cpu_flags.cache_clear()
+            assert device.cpu_has_bf16() is bf16 and extension_for(device.cpu_flags()) == extension, cap
+            assert resolve_dtype("auto", "cpu") == (torch.bfloat16 if bf16 else torch.float32)
+        monkeypatch.setenv(device.MAX_ISA_ENV, "sse2")
+        device.cpu_flags.cache_clear()
+        with pytest.raises(ValueError, match="ORTHRUS_CPU_MAX_ISA must be avx2 or unset, got 'sse2'"):
+            device.cpu_flags()
+    finally:
+        device.cpu_flags.cache_clear()
