@@ -100,6 +100,13 @@ class StackPlan:
         index = _index_source(cfg, corpus, engine.dtype) if (retrieves if with_index is None else with_index) else None
         return cls(engine, embedding, index, groups)
 
+    def sharing_cores(self, threads: int) -> StackPlan:
+        """This plan with `threads` torch threads where runtime.num_threads is unset (an engine that shares the
+        machine's cores with others: Ray workers and replicas)."""
+        if self.engine.num_threads is not None:
+            return self
+        return dataclasses.replace(self, engine=dataclasses.replace(self.engine, num_threads=max(1, threads)))
+
     def start_engine(self) -> AsyncEngine:
         """An AsyncEngine with the planned config; a missing model or a bad runtime value is a UserError."""
         from orthrus_rag.engine import AsyncEngine, InvalidRequestError

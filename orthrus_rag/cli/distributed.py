@@ -7,7 +7,8 @@ answers in question order, the wall time of the answering phase (ready to last a
 summed. A shard's answers are handed to `on_answer` as soon as the shard is done (the run's predictions log), and a
 shard whose actor dies is answered again by a surviving actor. Ray joins the cluster at `$RAY_ADDRESS` when set,
 else starts a local one; each actor reserves one CPU and, when the cluster has a GPU for every actor and
-runtime.device is not cpu, one GPU.
+runtime.device is not cpu, one GPU. With runtime.num_threads null each actor's engine takes cores / N torch threads
+(at least one), so the actors of one machine do not oversubscribe it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 
 from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from orthrus_rag.cluster import connect, index_lock, summed_stats
+from orthrus_rag.models import usable_cores
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
 
@@ -42,6 +44,7 @@ class ExperimentWorker:
 def answer_distributed(plan: StackPlan, questions: list, workers: int, concurrency: int | None,
                        on_answer: OnAnswer | None = None) -> RunOutput:
     ray = connect(None)
+    plan = plan.sharing_cores(usable_cores() // workers)
     actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, plan, workers))(ExperimentWorker)
     actors = [actor.remote(plan, concurrency) for _ in range(workers)]
     try:

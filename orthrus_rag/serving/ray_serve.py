@@ -246,7 +246,9 @@ def logging_config(settings: ServerSettings) -> dict:
 
 
 def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME):
-    """The bound Ray Serve application: the ingress over `settings.replicas` engine replicas."""
+    """The bound Ray Serve application: the ingress over `settings.replicas` engine replicas, each with
+    `server.num_cpus` torch threads unless runtime.num_threads is set."""
+    spec = ReplicaSpec(spec.plan.sharing_cores(int(settings.num_cpus)), spec.rag)
     options = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
     engines = serve.deployment(ServeEngineReplica, name="EngineReplica", num_replicas=settings.replicas,
                                ray_actor_options=options, max_ongoing_requests=REPLICA_MAX_ONGOING,

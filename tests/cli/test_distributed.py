@@ -106,3 +106,13 @@ def test_a_dead_workers_shard_is_answered_by_a_survivor():
     assert shards[1].answers == ["B", "E"] and shards[1].engine_stats["by"] in ("w0", "w2")
     assert seen == {i: q.upper() for i, q in enumerate(questions)}  # every answer handed over once, by its index
     assert merged(questions, [shards[i] for i in range(3)], 1.0).answers == list("ABCDEFG")
+
+
+@pytest.mark.parametrize("set_threads,workers,want", [(None, 2, 2), (None, 3, 1), (None, 8, 1), (3, 2, 3)])
+def test_workers_share_the_cores_unless_threads_are_set(monkeypatch, set_threads, workers, want):
+    from orthrus_rag.engine import EngineConfig
+    from orthrus_rag.stack import StackPlan
+
+    plan = StackPlan(EngineConfig(generator="g", embedder=None, num_threads=set_threads), None, None, {})
+    assert plan.sharing_cores(4 // workers).engine.num_threads == want
+    assert plan.engine.num_threads == set_threads  # the run's own plan is left as it was
