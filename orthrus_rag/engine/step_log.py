@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -28,9 +28,6 @@ class StepRecord:
     waiting: dict[str, int]
     kv_blocks_used: int
     kv_blocks_total: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class StepLog:
