@@ -29,12 +29,14 @@ import torch
 
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams, attention
 from orthrus_rag.engine.batch import ScheduledChunk
+from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.model_runner import ModelRunner
 from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sampler import sample_batch
 from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.models import load_generator
 from orthrus_rag.models.device import native_bf16
+from orthrus_rag.settings import UserError
 
 
 PROFILE_TOP = 5
@@ -76,30 +78,31 @@ class StepsWorkload:
         return cls(shapes=shapes, **spec)
 
 
-def build_chunks(shape: StepShape, context: int, block_size: int, vocab: int, seed: int) -> list[ScheduledChunk]:
-    """The scheduled chunks of one step of `shape`, with block tables laid out one after another."""
-    rng, chunks, next_block = random.Random(seed), [], 0
+def build_chunks(shape: StepShape, context: int, blocks: BlockManager, vocab: int,
+                 seed: int) -> list[ScheduledChunk]:
+    """The scheduled chunks of one step of `shape`, their block tables allocated by `blocks` (embedding chunks keep
+    no KV: the runner gives them scratch blocks)."""
+    rng, chunks = random.Random(seed), []
 
-    def seq(i: int, kind: str, n_prompt: int, computed: int, keeps_kv: bool, **params) -> Sequence:
-        nonlocal next_block
+    def add(i: int, kind: str, n_prompt: int, computed: int, n: int, decode: bool = False, **params) -> None:
         s = Sequence(f"{kind}{i}", kind, [rng.randrange(vocab) for _ in range(n_prompt)], RequestTimings(0.0), i,
                      status=Status.RUNNING, **params)
         s.num_computed = computed
-        blocks = -(-(n_prompt + 1) // block_size) if keeps_kv else 0
-        s.block_table, next_block = list(range(next_block, next_block + blocks)), next_block + blocks
-        return s
+        if decode:  # its last sampled token is the one this step runs
+            s.output_ids.append(rng.randrange(vocab))
+        if kind == "generate" and not blocks.allocate(s, n):
+            raise UserError(f"the shape needs more KV blocks than the pool's {blocks.num_blocks}: lower its "
+                             "decodes or context")
+        chunks.append(ScheduledChunk(s, n))
 
     context = context if shape.context is None else shape.context
     for i in range(shape.decodes):
-        s = seq(i, "generate", context, context, True, sampling=SamplingParams())
-        s.output_ids.append(rng.randrange(vocab))
-        chunks.append(ScheduledChunk(s, 1))
+        add(i, "generate", context, context, 1, decode=True, sampling=SamplingParams())
     if shape.prefill:
-        chunks.append(ScheduledChunk(seq(shape.decodes, "generate", shape.prefill_context + shape.prefill,
-                                         shape.prefill_context, True, sampling=SamplingParams()), shape.prefill))
+        add(shape.decodes, "generate", shape.prefill_context + shape.prefill, shape.prefill_context, shape.prefill,
+            sampling=SamplingParams())
     for i in range(shape.embeds):
-        s = seq(i, "embed", shape.embed_tokens, 0, False, pooling=PoolingParams(model="backbone"))
-        chunks.append(ScheduledChunk(s, shape.embed_tokens))
+        add(i, "embed", shape.embed_tokens, 0, shape.embed_tokens, pooling=PoolingParams(model="backbone"))
     return chunks
 
 
@@ -241,7 +244,8 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
             read_s = read_seconds(nbytes, workload.warmup, workload.repeats, runner.device)
             bandwidth[str(threads)] = round(nbytes / read_s / 1e9, 2)
             for name, shape in workload.shapes.items():
-                chunks = build_chunks(shape, workload.context, config.block_size, vocab, workload.seed)
+                blocks = BlockManager(runner.num_kv_blocks, config.block_size, enable_prefix_caching=False)
+                chunks = build_chunks(shape, workload.context, blocks, vocab, workload.seed)
                 step = engine_step(runner, chunks)
                 result = steps[name][str(threads)] = {
                     "engine_ms": round(median_ms(step, workload.warmup, workload.repeats, runner.device), 3),

@@ -1,8 +1,12 @@
 """The step micro-benchmark on the tiny model: bench.json layout and the Hydra config."""
 import json
 
+import pytest
+
 from eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, hf_forward, run_steps
 from orthrus_rag.engine import EngineConfig
+from orthrus_rag.engine.block_manager import BlockManager
+from orthrus_rag.settings import UserError
 
 SHAPES = {"decode8", "decode64", "decode8_prefill256", "decode8_embed8x32"}
 
@@ -34,13 +38,16 @@ def test_steps_layout_on_tiny_model(tiny_llama_dir):
 
 
 def test_shapes_build_the_rows_they_name():
-    chunks = build_chunks(StepShape(decodes=3, prefill=10, embeds=2, embed_tokens=5), context=20, block_size=4,
-                          vocab=100, seed=0)
+    chunks = build_chunks(StepShape(decodes=3, prefill=10, embeds=2, embed_tokens=5), context=20,
+                          blocks=BlockManager(64, 4), vocab=100, seed=0)
     kinds = [(c.seq.kind, c.num_tokens, c.seq.num_computed, bool(c.seq.block_table)) for c in chunks]
     assert kinds == [("generate", 1, 20, True)] * 3 + [("generate", 10, 0, True)] + [("embed", 5, 0, False)] * 2
     tables = [b for c in chunks for b in c.seq.block_table]
     assert len(tables) == len(set(tables))  # no two sequences share a block
+    assert all(len(c.seq.block_table) == -(-(c.seq.num_computed + c.num_tokens) // 4) for c in chunks[:4])
     assert all(c.completes for c in chunks)
+    with pytest.raises(UserError, match="more KV blocks than the pool's 10"):
+        build_chunks(StepShape(decodes=3), context=20, blocks=BlockManager(10, 4), vocab=100, seed=0)
 
 
 def test_hf_forward_computes_logits_for_the_rows_the_engine_samples(tiny_llama_dir):
@@ -57,7 +64,7 @@ def test_hf_forward_computes_logits_for_the_rows_the_engine_samples(tiny_llama_d
 
 def test_shapes_with_their_own_contexts():
     shape = StepShape(decodes=2, prefill=6, prefill_context=9, context=13)
-    chunks = build_chunks(shape, context=20, block_size=4, vocab=100, seed=0)
+    chunks = build_chunks(shape, context=20, blocks=BlockManager(64, 4), vocab=100, seed=0)
     kinds = [(c.num_tokens, c.seq.num_computed, len(c.seq.token_ids)) for c in chunks]
     assert kinds == [(1, 13, 14), (1, 13, 14), (6, 9, 15)]
     assert all(c.completes for c in chunks) and shape.num_tokens == 8
