@@ -13,16 +13,15 @@ import asyncio
 import contextlib
 import gc
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tqdm import tqdm
 
-from eval.bench.runner import engine_delta, machine_info, make_backend, ran_dtype
+from eval.bench.runner import engine_delta, machine_info, make_backend, mode_threads, ran_dtype
 from eval.bench.rag_metrics import RunData, ratios, summarize_run
 from eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
-from orthrus_rag.models import usable_cores
 from orthrus_rag.stack import StackPlan
 
 WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
@@ -154,7 +153,7 @@ class _LazyEngine:
 
 def shared_index(setup: RagSetup) -> Any:
     """The index every mode searches: loaded from its folder, or built through an engine and saved there."""
-    engine = _LazyEngine(replace(setup.config, num_threads=setup.config.num_threads or usable_cores()))
+    engine = _LazyEngine(setup.config)
     try:
         return asyncio.run(setup.plan.build(engine)).indexes
     finally:
@@ -217,7 +216,6 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
     head_ratios = dict(head["ratios"])
     for key in ("qps_hetero/hf", "qps_hetero/isolated", "qps_hetero/alternating"):
         head_ratios[key] = closed["ratios"][key]
-    threads = setup.config.num_threads or usable_cores()
     plan = setup.plan
     return {"workload": "rag",
             "modes": {m: {k: v for k, v in r.items() if k not in RAW_KEYS} for m, r in head["modes"].items()},
@@ -231,5 +229,5 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
                        "embedding": asdict(plan.embedding),
                        "index": ({"folder": str(plan.index.folder), "factory": plan.index.factory}
                                  if plan.index else None),
-                       "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}},
+                       "threads": {m: mode_threads(setup.config, m) for m in modes}},
             "machine": machine_info()}

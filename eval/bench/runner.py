@@ -45,16 +45,21 @@ class Workload:
     seed: int = 0
 
 
-def make_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
+def mode_threads(config: EngineConfig, mode: str) -> int:
+    """torch threads of a mode's engine: runtime.num_threads, else every core; `isolated` splits them in two."""
     threads = config.num_threads or usable_cores()
+    return max(1, threads // 2) if mode == "isolated" else threads
+
+
+def make_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
     if mode == "hetero":
-        return EngineBackend(replace(config, num_threads=threads), sampling, pooling)
+        return EngineBackend(config, sampling, pooling)
     if mode == "alternating":
-        return EngineBackend(replace(config, num_threads=threads, policy="alternating"), sampling, pooling)
+        return EngineBackend(replace(config, policy="alternating"), sampling, pooling)
     if mode == "isolated":
-        return IsolatedBackend(config, sampling, pooling, threads=max(1, threads // 2))
+        return IsolatedBackend(config, sampling, pooling, threads=mode_threads(config, mode))
     if mode == "hf":
-        return HFBackend(replace(config, num_threads=threads), sampling, pooling)
+        return HFBackend(config, sampling, pooling)
     raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
 
 
@@ -144,11 +149,10 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
                                            "ratios": ratios(results)}
     bench["modes"] = {mode: result.to_dict() for mode, result in overall.items()}
     bench["ratios"] = ratios(overall)
-    threads = config.num_threads or usable_cores()
     bench["config"] = {"modes": modes, "workload": asdict(workload), "engine": asdict(config),
                        "dtype": ran_dtype(config),
                        "pooling": asdict(pooling), "sampling": asdict(sampling),
-                       "threads": {m: (max(1, threads // 2) if m == "isolated" else threads) for m in modes}}
+                       "threads": {m: mode_threads(config, m) for m in modes}}
     bench["machine"] = machine_info()
     return bench
 

@@ -97,3 +97,13 @@ def test_config_composes():
     phases.modes = ["hetero"]
     assert [(p.name, p.embed_share) for p in workload_from_config(phases).phases] == [("9:1", 0.1), ("1:1", 0.5),
                                                                                         ("1:9", 0.9)]
+
+
+def test_mode_threads_split_the_cores_only_for_isolated(monkeypatch):
+    from eval.bench import runner
+
+    monkeypatch.setattr(runner, "usable_cores", lambda: 6)
+    unset, four, one = (EngineConfig(generator="g", embedder=None, num_threads=n) for n in (None, 4, 1))
+    assert [runner.mode_threads(unset, m) for m in runner.MODES] == [6, 3, 6, 6]  # hetero, isolated, alternating, hf
+    assert runner.mode_threads(four, "isolated") == 2 and runner.mode_threads(four, "hf") == 4
+    assert runner.mode_threads(one, "isolated") == 1
