@@ -2,10 +2,11 @@
 
 A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`.
 With prefix caching, every full block of a generation sequence is named by a hash chain over its tokens
-(SHA-256 of the previous block's digest and this block's token ids), so two different prefixes never share a name. A later sequence whose prompt starts with the same
-full blocks shares them (reference count + 1) instead of recomputing them. Blocks whose count drops to zero go back
-to the free list but keep their hash, so they can still be hit until they are reused: the free list is kept in
-LRU order and the least recently freed block is reused (evicted) first.
+(SHA-256 of the previous block's digest and this block's token ids), so two different prefixes never share a name.
+A later sequence whose prompt starts with the same full blocks shares them (reference count + 1) instead of
+recomputing them. Blocks whose count drops to zero go back to the free list but keep their hash, so they can still
+be hit until they are reused: the free list is kept in LRU order and the least recently freed block is reused
+(evicted) first.
 """
 from __future__ import annotations
 
@@ -36,13 +37,9 @@ class BlockManager:
     def num_free(self) -> int:
         return len(self.free)
 
-    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        total = -(-(seq.num_computed + num_new_tokens) // self.block_size)
-        return max(0, total - len(seq.block_table))
-
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Grow the block table to hold `num_new_tokens` more tokens. False (and no change) when out of blocks."""
-        needed = self.blocks_needed(seq, num_new_tokens)
+        needed = -(-(seq.num_computed + num_new_tokens) // self.block_size) - len(seq.block_table)  # may be <= 0
         if needed > len(self.free):
             return False
         for _ in range(needed):
@@ -61,7 +58,9 @@ class BlockManager:
             block = self.cached.get(parent)
             if block is None:
                 break
-            self._ref(block)
+            if self.ref_counts[block] == 0:  # freed but still cached: in use again
+                del self.free[block]
+            self.ref_counts[block] += 1
             seq.block_table.append(block)
             seq.block_hashes.append(parent)
         self.hits += len(seq.block_table) * self.block_size
@@ -100,17 +99,8 @@ class BlockManager:
             block = wanted
         else:
             block, _ = self.free.popitem(last=False)
-        self._forget(block)
+        if self.block_hash[block] is not None:  # evicted: the prefix it held is no longer cached
+            del self.cached[self.block_hash[block]]
+            self.block_hash[block] = None
         self.ref_counts[block] = 1
         return block
-
-    def _ref(self, block: int) -> None:
-        if self.ref_counts[block] == 0:
-            del self.free[block]
-        self.ref_counts[block] += 1
-
-    def _forget(self, block: int) -> None:
-        h = self.block_hash[block]
-        if h is not None:
-            del self.cached[h]
-            self.block_hash[block] = None

@@ -21,14 +21,13 @@ from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.model_runner import ModelRunner
 from orthrus_rag.engine.output import StepOutput, append_token, embed_output, generate_output, take_delta
 from orthrus_rag.engine.policy import make_policy
+from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
 from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Kind, Sequence
 from orthrus_rag.engine.stats import EngineStats
 from orthrus_rag.engine.step_log import StepLog, StepRecord
-
-Prompt = str | list[int]
 
 
 @dataclass
@@ -61,8 +60,7 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | PoolingParams) -> None:
-        """Validate, set up and queue a request; raises InvalidRequestError or QueueFullError, and then nothing
-        was queued."""
+        """Validate, set up and queue a request; after an InvalidRequestError or QueueFullError nothing is queued."""
         self.add_prepared(request_id, self.prepare(prompt, params))
 
     def prepare(self, prompt: Prompt, params: SamplingParams | PoolingParams) -> PreparedRequest:
@@ -82,8 +80,7 @@ class LLMEngine:
         return PreparedRequest(kind, ids, params)
 
     def add_prepared(self, request_id: str, request: PreparedRequest) -> None:
-        """Queue a prepared request; raises InvalidRequestError (id in use) or QueueFullError, and then nothing
-        was queued."""
+        """Queue a prepared request; after an InvalidRequestError (id in use) or QueueFullError nothing is queued."""
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         generate = request.kind == "generate"
@@ -148,12 +145,14 @@ class LLMEngine:
             return self._fail(seq, err)
 
     def _embedder_outputs(self, sched: SchedulerOutput) -> tuple[list[StepOutput], float]:
+        start = time.perf_counter()
         try:
-            vectors, emb_s = self._run_embedder(sched)
+            vectors = self.embedder.embed(sched.embedder_seqs) if sched.embedder_seqs else {}
+            self.runner.synchronize()
         except Exception as err:
             return [self._fail(seq, err) for seq in sched.embedder_seqs], 0.0
         return [self._contained(seq, self._finish_embedding, seq, vectors[seq.request_id])
-                for seq in sched.embedder_seqs], emb_s
+                for seq in sched.embedder_seqs], time.perf_counter() - start
 
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
@@ -173,12 +172,6 @@ class LLMEngine:
             tokens = [_try(sample, out.logits[rid], p, g) for rid, p, g in zip(ids, params, generators)]
         out.tokens = dict(zip(ids, tokens))
 
-    def _run_embedder(self, sched: SchedulerOutput) -> tuple[dict, float]:
-        start = time.perf_counter()
-        vectors = self.embedder.embed(sched.embedder_seqs) if sched.embedder_seqs else {}
-        self.runner.synchronize()
-        return vectors, time.perf_counter() - start
-
     def _chunk_output(self, chunk: ScheduledChunk, out: ModelOutput) -> StepOutput | None:
         seq = chunk.seq
         if seq.kind == "embed":
@@ -194,12 +187,10 @@ class LLMEngine:
 
     def _append_token(self, seq: Sequence, token: int) -> StepOutput:
         reason = append_token(seq, token, self.tokenizer, self.eos_ids)
-        if reason is not None:
-            self._release(seq, reason)
-        delta = StepOutput(seq.request_id, take_delta(seq), [token])
-        if reason is not None:
-            delta.finished, delta.result = True, generate_output(seq)
-        return delta
+        if reason is None:
+            return StepOutput(seq.request_id, take_delta(seq), [token])
+        self._release(seq, reason)  # records the finish reason, which the last delta and the result read
+        return StepOutput(seq.request_id, take_delta(seq), [token], finished=True, result=generate_output(seq))
 
     def _finish_embedding(self, seq: Sequence, vector: torch.Tensor) -> StepOutput:
         result = embed_output(seq, vector)

@@ -58,9 +58,6 @@ def attach_embedding_adapter(model: nn.Module, folder: str | Path) -> AdapterRow
     weights = load_file(str(weights_file))
     for name in sorted({k.rsplit(".lora_", 1)[0] for k in weights if ".lora_A." in k}):
         path = name.removeprefix("base_model.model.")
-        parent_name, _, child = path.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        base = getattr(parent, child)
-        setattr(parent, child, RowLoRALinear(base, weights[f"{name}.lora_A.weight"],
-                                             weights[f"{name}.lora_B.weight"], scale, rows))
+        model.set_submodule(path, RowLoRALinear(model.get_submodule(path), weights[f"{name}.lora_A.weight"],
+                                                weights[f"{name}.lora_B.weight"], scale, rows))
     return rows

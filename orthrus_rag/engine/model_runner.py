@@ -7,7 +7,7 @@ from orthrus_rag.engine import attention, vllm_cpu
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.kv_cache import PagedKVCache, bytes_per_block, pool_size
-from orthrus_rag.engine.lora import AdapterRows, attach_embedding_adapter
+from orthrus_rag.engine.lora import attach_embedding_adapter
 from orthrus_rag.engine.packing import pack_host, to_device
 from orthrus_rag.models import load_generator, resolve_device, resolve_dtype, set_threads
 
@@ -19,9 +19,8 @@ class ModelRunner:
         self.num_threads = set_threads(config.num_threads)
         self.model, self.tokenizer = load_generator(config.generator, self.dtype, str(self.device), config.load_format)
         self.model.set_attn_implementation(attention.register())
-        self.adapter: AdapterRows | None = None
-        if config.embedding_adapter:
-            self.adapter = attach_embedding_adapter(self.model, config.embedding_adapter)
+        self.adapter = attach_embedding_adapter(self.model, config.embedding_adapter) \
+            if config.embedding_adapter else None
         text_config = self.model.config.get_text_config()
         self.max_model_len = config.max_model_len or text_config.max_position_embeddings
         self.hidden_size = text_config.hidden_size

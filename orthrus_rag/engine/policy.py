@@ -60,7 +60,9 @@ def make_policy(config: EngineConfig) -> Policy:
     if config.policy not in POLICIES:
         raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {config.policy!r}",
                                   "policy")
-    return POLICIES[config.policy].from_config(config)
+    policy = POLICIES[config.policy].from_config(config)
+    policy.fixed_ratio = config.embedder_token_cost
+    return policy
 
 
 @dataclass
@@ -86,9 +88,7 @@ class Policy:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Policy:
-        policy = cls()
-        policy.fixed_ratio = config.embedder_token_cost
-        return policy
+        return cls()
 
     @property
     def embed_ratio(self) -> float:
@@ -131,9 +131,7 @@ class WeightedPolicy(Policy):
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Policy:
-        policy = cls(config.weights)
-        policy.fixed_ratio = config.embedder_token_cost
-        return policy
+        return cls(config.weights)
 
     def choose(self, view: QueueView) -> Kind | None:
         live = [k for k in KINDS if view.has(k) and self.weights[k] > 0] or [k for k in KINDS if view.has(k)]
@@ -203,11 +201,9 @@ class AdaptivePolicy(Policy):
     def choose(self, view: QueueView) -> Kind | None:
         if self.room(view) <= 0:
             return None
-        under = [k for k in ("embed", "generate") if view.has(k) and view.new_tokens[k] < self.quota[k]]
-        if under:
-            return under[0]
         waiting = [k for k in ("embed", "generate") if view.has(k)]
-        return waiting[0] if waiting else None
+        under_quota = [k for k in waiting if view.new_tokens[k] < self.quota[k]]
+        return (under_quota + waiting)[0] if waiting else None
 
     def room(self, view: QueueView) -> float:
         return self.cap - sum(view.new_tokens.values())

@@ -13,11 +13,7 @@ from orthrus_rag.engine.request import SamplingParams
 
 
 def make_generator(params: SamplingParams) -> torch.Generator | None:
-    if params.seed is None:
-        return None
-    generator = torch.Generator()
-    generator.manual_seed(params.seed)
-    return generator
+    return None if params.seed is None else torch.Generator().manual_seed(params.seed)
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:

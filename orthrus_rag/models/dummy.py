@@ -45,13 +45,9 @@ class DummyModelError(ValueError):
 
 def is_dummy(name: str | os.PathLike, load_format: str = "auto") -> bool:
     """Whether `name` loads with random weights: a `dummy:` name, or any model under load_format=dummy."""
-    check_load_format(load_format)
-    return load_format == "dummy" or str(name).lower().startswith(PREFIX)
-
-
-def check_load_format(load_format: str) -> None:
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format must be one of {', '.join(LOAD_FORMATS)}; got {load_format!r}")
+    return load_format == "dummy" or str(name).lower().startswith(PREFIX)
 
 
 def shapes() -> list[str]:

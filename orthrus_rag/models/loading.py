@@ -13,6 +13,7 @@ from orthrus_rag.models.device import resolve_device, resolve_dtype  # noqa: E40
 from orthrus_rag.models.dummy import dummy_embedder_folder, dummy_generator, is_dummy  # noqa: E402
 from orthrus_rag.models.registry import resolve_model_path  # noqa: E402
 
+
 def usable_cores() -> int:
     """The cores this process may run on: torch's thread count by default (docs/engine.md: Threads)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

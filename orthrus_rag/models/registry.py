@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 from filelock import FileLock
@@ -104,15 +105,17 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
         except DummyModelError as error:
             raise ModelNotFoundError(str(error)) from error
     if key.lower() in SHIPPED:
-        return _resolve_shipped(SHIPPED[key.lower()])
+        model = SHIPPED[key.lower()]
+        if model.source == "folder":
+            return Path(_import_package(model.package, model).get_model_path())
+        return _converted(model)
     path = Path(key).expanduser()
     if path.is_dir():
         return path.resolve()
     raise ModelNotFoundError(
         f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({DUMMY_PREFIX}<shape>) "
-        f"nor an existing folder "
-        f"(tried {path.resolve()}). Give a shipped name or the path of a local transformers folder."
-    )
+        f"nor an existing folder (tried {path.resolve()}). Give a shipped name or the path of a local transformers "
+        "folder.")
 
 
 def installed(model: ShippedModel) -> bool:
@@ -120,29 +123,21 @@ def installed(model: ShippedModel) -> bool:
     return all(importlib.util.find_spec(p.replace("-", "_")) is not None for p in model.packages)
 
 
-def _resolve_shipped(model: ShippedModel) -> Path:
-    if model.source == "folder":
-        return Path(_import_package(model.package, model).get_model_path())
-    return _converted(model)
+def _package_spec(package: str, model: ShippedModel) -> ModuleSpec:
+    """Where an installed package carrying the model's weights is (a ModelNotFoundError when it is not)."""
+    spec = importlib.util.find_spec(package.replace("-", "_"))
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(f"the shipped model {model.name!r} needs the package {package}: {model.install}")
+    return spec
 
 
 def _import_package(package: str, model: ShippedModel):
-    module = package.replace("-", "_")
-    if importlib.util.find_spec(module) is None:
-        raise ModelNotFoundError(f"the shipped model {model.name!r} needs the package {package}: {model.install}")
-    return importlib.import_module(module)
-
-
-def _package_dir(model: ShippedModel) -> Path:
-    spec = importlib.util.find_spec(model.package.replace("-", "_"))
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError(f"the shipped model {model.name!r} needs the package {model.package}: {model.install}")
-    return Path(spec.submodule_search_locations[0])
+    return importlib.import_module(_package_spec(package, model).name)
 
 
 def find_gguf(model: ShippedModel) -> Path:
     """The .gguf file inside a `gguf` model's package (without importing the package)."""
-    files = sorted(_package_dir(model).rglob("*.gguf"))
+    files = sorted(Path(_package_spec(model.package, model).submodule_search_locations[0]).rglob("*.gguf"))
     if not files:
         raise ModelNotFoundError(f"no .gguf file inside the {model.package} package; reinstall it: {model.install}")
     return files[0]
