@@ -29,7 +29,11 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
                owns_engine: bool = True) -> FastAPI:
     """The app; on shutdown (after in-flight requests finish) it shuts the engine down when it `owns_engine`."""
     settings = settings or ServerSettings()
-    state = _state(engine, settings, rag)
+    cfg = engine.config
+    generator = settings.served_model_name or served_name(cfg.generator)
+    embedder = (settings.served_embedder_name or served_name(cfg.embedder)) if cfg.embedder else None
+    state = ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag,
+                        Examples.load(settings.ui))
     app = FastAPI(title="Orthrus-RAG", lifespan=_lifespan(state, owns_engine))
     app.state.server = state
     install_error_handlers(app)
@@ -50,14 +54,6 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     install_openapi(app)
     return app
-
-
-def _state(engine: AsyncEngine, settings: ServerSettings, rag_fn: RagFn | None) -> ServerState:
-    cfg = engine.config
-    generator = settings.served_model_name or served_name(cfg.generator)
-    embedder = (settings.served_embedder_name or served_name(cfg.embedder)) if cfg.embedder else None
-    return ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag_fn,
-                       Examples.load(settings.ui))
 
 
 def _lifespan(state: ServerState, owns_engine: bool):

@@ -22,9 +22,6 @@ class BodyLimitMiddleware:
         if _declared_length(scope) > self.limit:
             error = APIError(413, too_large_message(self.limit), code="request_too_large")
             return await error.response()(scope, receive, send)
-        await self.app(scope, self._counting(receive), send)
-
-    def _counting(self, receive: Receive) -> Receive:
         seen = 0
 
         async def counted() -> Message:
@@ -35,7 +32,7 @@ class BodyLimitMiddleware:
                 raise HTTPException(413, too_large_message(self.limit))  # FastAPI passes HTTPExceptions through
             return message
 
-        return counted
+        await self.app(scope, counted, send)
 
 
 def _declared_length(scope: Scope) -> int:

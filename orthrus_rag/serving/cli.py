@@ -14,7 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from orthrus_rag.launch import launch
-from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
@@ -48,15 +47,6 @@ def stack_plan(cfg: DictConfig, settings: ServerSettings) -> StackPlan:
     return StackPlan.from_config(cfg, corpus, pipelines=pipeline_groups(rag) if rag.enabled else {})
 
 
-def build_rag(engine: AsyncEngine, plan: StackPlan, settings: ServerSettings):
-    """The /v1/rag callable, or None when RAG is off. Builds (or loads the cached) index before serving."""
-    if not settings.rag.enabled:
-        return None
-    from orthrus_rag.serving.rag_service import build_rag as build  # imports faiss and the pipelines
-
-    return asyncio.run(build(engine, plan, settings.rag.pipeline))
-
-
 def run(cfg: DictConfig) -> None:
     settings = server_settings(cfg)
     plan = stack_plan(cfg, settings)
@@ -74,13 +64,15 @@ def run(cfg: DictConfig) -> None:
 
 
 def run_single(plan: StackPlan, settings: ServerSettings) -> None:
-    """One engine in this process, under uvicorn."""
+    """One engine in this process, under uvicorn; with RAG on, the index is built (or its cache loaded) before
+    serving."""
     from orthrus_rag.serving.app import create_app
+    from orthrus_rag.serving.rag_service import build_rag
     from orthrus_rag.serving.server import serve
 
     engine = plan.start_engine()
     try:
-        rag = build_rag(engine, plan, settings)
+        rag = asyncio.run(build_rag(engine, plan, settings.rag.pipeline)) if settings.rag.enabled else None
     except BaseException:
         engine.shutdown()
         raise

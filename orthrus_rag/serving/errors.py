@@ -15,7 +15,6 @@ from orthrus_rag.engine import EngineDeadError, EngineError, InvalidRequestError
 
 log = logging.getLogger("orthrus_rag.serving")
 
-
 _HTTP_KINDS = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed"),
                413: ("invalid_request_error", "request_too_large")}
 
@@ -72,7 +71,7 @@ def as_api_error(err: Exception) -> APIError:
     """The client-facing form of any exception raised while serving a request."""
     if isinstance(err, APIError):
         return err
-    if isinstance(err, InvalidRequestError):
+    if isinstance(err, (InvalidRequestError, RagInputError)):
         return bad_request(str(err), err.param)
     if isinstance(err, QueueFullError):
         return APIError(429, str(err), "rate_limit_error", code="queue_full")
@@ -129,6 +128,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
-    for known in (APIError, EngineError):  # expected failures: answered without a traceback in the log
+    for known in (APIError, EngineError, RagInputError):  # expected failures: answered without a traceback in the log
         app.add_exception_handler(known, on_known)
     app.add_exception_handler(Exception, on_known)  # anything else: a 500 for this request only (logged)

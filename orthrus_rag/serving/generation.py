@@ -49,8 +49,7 @@ def sampling_params(req: SamplingRequest, max_tokens: int | None, default_max_to
 
 
 def usage_of(out: GenerateOutput) -> Usage:
-    return Usage(prompt_tokens=out.usage.prompt_tokens, completion_tokens=out.usage.completion_tokens,
-                 total_tokens=out.usage.total_tokens)
+    return Usage.model_validate(out.usage, from_attributes=True)
 
 
 async def open_stream(state: ServerState, prompt: str | list[int],

@@ -3,11 +3,10 @@
 The deadline is `server.request_timeout_s`, shortened by a request's own `timeout` field (routes call
 `shorten_deadline`). Past it the route is cancelled, which aborts its engine request and frees its KV blocks, and the
 caller gets 504 with the OpenAI error body (a stream already started is cut off, after the grace a stream that ends
-itself with an error event asks for). Beyond
-`server.max_concurrent_per_key` requests in flight with one API key (or from one client address when the server has
-no key), a request gets 429. The read-only listings (`/v1/engine/steps`, `/v1/rag/pipelines`, `/v1/rag/examples`,
-`/v1/models`), which do no engine work and which the web page loads and polls while its questions run, are bounded by
-neither.
+itself with an error event asks for). Beyond `server.max_concurrent_per_key` requests in flight with one API key (or
+from one client address when the server has no key), a request gets 429. The read-only listings
+(`/v1/engine/steps`, `/v1/rag/pipelines`, `/v1/rag/examples`, `/v1/models`), which do no engine work and which the
+web page loads and polls while its questions run, are bounded by neither.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orthrus_rag.serving.errors import APIError
 
 SCOPE_KEY = "orthrus_deadline"
-# read-only listings that do no engine work: the web page loads and polls them while its own questions run
 UNBOUNDED = ("/v1/engine/steps", "/v1/rag/pipelines", "/v1/rag/examples", "/v1/models")
 
 
@@ -78,8 +76,7 @@ class LimitsMiddleware:
                 del self.in_flight[key]
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = asyncio.get_running_loop().time()
         deadline = scope[SCOPE_KEY] = Deadline(now, None if self.timeout_s is None else now + self.timeout_s)
         started = False
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from orthrus_rag.serving.errors import ErrorBody
+from orthrus_rag.serving.rag_events import event_schema
 from orthrus_rag.serving.responses import ChatCompletionChunk, CompletionResponse
 
 REF = "#/components/schemas/{model}"
@@ -57,32 +58,25 @@ def install_openapi(app: FastAPI) -> None:
             components.pop(name, None)
         for path, chunk in STREAMED.items():
             content = schema["paths"][path]["post"]["responses"]["200"]["content"]
-            content["text/event-stream"] = {"schema": _event(chunk, components)}
+            content["text/event-stream"] = {"schema": _chunk_event(chunk, components)}
         if "/v1/rag" in schema.get("paths", {}):
             content = schema["paths"]["/v1/rag"]["post"]["responses"]["200"]["content"]
-            content["text/event-stream"] = {"schema": _rag_event(components)}
+            content["text/event-stream"] = {"schema": _event(*event_schema(REF), components)}
         return schema
 
     app.openapi = openapi
 
 
-def _event(chunk: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
-    """One server-sent event: its `data` is `[DONE]` or the JSON of a chunk or of an error."""
+def _chunk_event(chunk: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    """The event of a streamed completion: the JSON of a chunk or of an error."""
     _, definitions = models_json_schema([(chunk, "serialization"), (ErrorBody, "serialization")], ref_template=REF)
-    for name, definition in definitions.get("$defs", {}).items():
-        components.setdefault(name, definition)
-    json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json",
-                 "contentSchema": {"anyOf": [{"$ref": REF.format(model=chunk.__name__)},
-                                             {"$ref": REF.format(model=ErrorBody.__name__)}]}}
-    return {"type": "object", "required": ["data"],
-            "properties": {"data": {"oneOf": [{"const": "[DONE]"}, json_data]}}}
+    one = {"anyOf": [{"$ref": REF.format(model=model.__name__)} for model in (chunk, ErrorBody)]}
+    return _event(one, definitions.get("$defs", {}), components)
 
 
-def _rag_event(components: dict[str, Any]) -> dict[str, Any]:
-    """One server-sent event of a streamed `/v1/rag`: `[DONE]` or the JSON of one of its events."""
-    from orthrus_rag.serving.rag_events import event_schema
-
-    one, definitions = event_schema(REF)
+def _event(one: dict[str, Any], definitions: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """One server-sent event: its `data` is `[DONE]` or JSON matching `one`, whose `definitions` join the
+    components."""
     for name, definition in definitions.items():
         components.setdefault(name, definition)
     json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json", "contentSchema": one}

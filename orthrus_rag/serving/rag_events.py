@@ -13,7 +13,7 @@ then `data: [DONE]`. Times are seconds since the question started.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, TypeAdapter
@@ -71,10 +71,6 @@ class AnswerEvent(BaseModel):
 class ErrorEvent(BaseModel):
     type: Literal["error"] = "error"
     error: ErrorDetail
-
-
-def live_event(event: LiveEvent) -> dict[str, Any]:
-    return asdict(event)
 
 
 EVENT_TYPES = (StartEvent, CallStarted, TextDelta, Retrieved, Reasoned, AnswerEvent, ErrorEvent)

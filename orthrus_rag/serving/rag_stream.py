@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
 
 from eval.datasets import Question
 from orthrus_rag.rag import Answer
 from orthrus_rag.rag.live import listening
-from orthrus_rag.serving.errors import APIError, RagInputError, as_api_error, bad_request
+from orthrus_rag.serving.errors import APIError, as_api_error
 from orthrus_rag.serving.examples import score
-from orthrus_rag.serving.rag_events import AnswerEvent, ErrorEvent, StartEvent, Timeline, live_event
+from orthrus_rag.serving.rag_events import AnswerEvent, ErrorEvent, StartEvent, Timeline
 from orthrus_rag.serving.responses import RagResponse
 
 STREAM_GRACE_S = 2.0  # past the deadline the stream sends its error event; the server cuts it only this long after
@@ -36,14 +37,12 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
     try:
         while (event := await _next(events, end)) is not None:
             timeline.add(event)
-            yield live_event(event)
+            yield asdict(event)
         yield _answer_event(task.result(), timeline.close(time.perf_counter() - started), example).model_dump()
     except TimeoutError:
         yield _error(APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: server.request_timeout_s "
                                    "or the request's timeout) and was stopped", "timeout_error",
                               code="request_timeout"))
-    except RagInputError as err:
-        yield _error(bad_request(str(err), err.param))
     except Exception as err:  # the pipeline failed: the stream has started, so the error is an event
         yield _error(as_api_error(err))
     finally:
@@ -54,9 +53,8 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
 
 async def _next(events: asyncio.Queue, end: float | None):
     """The next event, waiting no later than `end` (event-loop time; None: no limit); TimeoutError past it."""
-    if end is None:
-        return await events.get()
-    return await asyncio.wait_for(events.get(), max(0.0, end - asyncio.get_running_loop().time()))
+    timeout = None if end is None else max(0.0, end - asyncio.get_running_loop().time())
+    return await asyncio.wait_for(events.get(), timeout)
 
 
 def _answer_event(answer: Answer, timeline: Timeline, example: Question | None) -> AnswerEvent:

@@ -129,7 +129,7 @@ class ReplicaClient:
     forwarded to one engine replica through Ray Serve."""
 
     def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any):
-        self.handle, self.config, self.board = handle, spec.engine, board
+        self.handle, self.config, self.board = handle, spec.plan.engine, board
         self.tokenizer, self._dims = info.tokenizer, info.embedding_dims
         self.replica_stats: dict[str, dict] = {}
         self._steps: dict[str, list[StepRecord]] = {}
@@ -297,7 +297,7 @@ def serve_on_ray(spec: ReplicaSpec, settings: ServerSettings) -> None:
     from orthrus_rag.cluster import connect
 
     connect(settings.ray_address)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         deploy(spec, settings)
         print(f"serving {settings.replicas} engine replicas on Ray Serve at http://{settings.host}:{settings.port} "
@@ -309,7 +309,3 @@ def serve_on_ray(spec: ReplicaSpec, settings: ServerSettings) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         undeploy()
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt

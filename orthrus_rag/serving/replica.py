@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from orthrus_rag.engine import EmbedOutput, EngineConfig, GenerateOutput, PoolingParams, SamplingParams
+from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.rag import Answer
@@ -27,10 +27,6 @@ class ReplicaSpec:
 
     plan: StackPlan
     rag: str | None
-
-    @property
-    def engine(self) -> EngineConfig:
-        return self.plan.engine
 
 
 @dataclass

@@ -113,8 +113,7 @@ class RagResponse(BaseModel):
 
     @classmethod
     def of(cls, answer: Answer) -> RagResponse:
-        """A pipeline's Answer as the response body: its prediction, passages and trace (with each call's
-        duration)."""
+        """A pipeline's Answer as the response body: its prediction, passages and trace (with each call's duration)."""
         trace = [{**dataclasses.asdict(e), "duration_s": e.duration_s} for e in answer.trace]
         return cls(answer=answer.prediction, passages=[dataclasses.asdict(p) for p in answer.passages], trace=trace)
 

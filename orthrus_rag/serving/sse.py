@@ -1,6 +1,7 @@
 """Server-sent events: one `data:` line per JSON chunk, ending with `data: [DONE]`."""
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from fastapi.responses import StreamingResponse
@@ -12,7 +13,7 @@ DONE = "data: [DONE]\n\n"
 
 
 def event(chunk: BaseModel | dict) -> str:
-    body = chunk.model_dump_json() if isinstance(chunk, BaseModel) else _json(chunk)
+    body = chunk.model_dump_json() if isinstance(chunk, BaseModel) else json.dumps(chunk, separators=(",", ":"))
     return f"data: {body}\n\n"
 
 
@@ -29,9 +30,3 @@ async def with_done(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[str]:
 def sse_response(chunks: AsyncIterator[BaseModel]) -> StreamingResponse:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(with_done(chunks), media_type="text/event-stream", headers=headers)
-
-
-def _json(value: dict) -> str:
-    import json
-
-    return json.dumps(value, separators=(",", ":"))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 
 from fastapi import APIRouter, Depends, Request
 from jinja2 import TemplateError
@@ -25,30 +26,25 @@ router = APIRouter()
 async def chat_completions(req: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)):
     shorten_deadline(request, req.timeout)
     call = new_call("chatcmpl", check_model(state, req.model))
-    prompt = _rendered(state, req.messages)
+    prompt = render_chat(state.engine.tokenizer, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = sampling_params(req, max_tokens, state.settings.default_max_tokens)
     if req.stream:
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
     out = await state.engine.generate(prompt, params)
     choice = ChatChoice(message=AssistantMessage(content=out.text), finish_reason=out.finish_reason)
-    return ChatCompletionResponse(id=call.id, created=call.created, model=call.model, choices=[choice],
-                                  usage=usage_of(out))
+    return ChatCompletionResponse(**asdict(call), choices=[choice], usage=usage_of(out))
 
 
 def render_chat(tokenizer, messages: list[ChatMessage]) -> str:
-    """The exact prompt text the generator sees for `messages` (the reasoner's rule: `apply_chat_template`)."""
+    """The exact prompt text the generator sees for `messages` (the reasoner's rule: `apply_chat_template`); a
+    conversation the chat template refuses (e.g. roles out of order) is a 400."""
     if not messages:
         raise bad_request("messages must hold at least one message", "messages")
     if tokenizer.chat_template is None:
         raise bad_request("the generator has no chat template; use /v1/completions", "messages")
-    return apply_chat_template(tokenizer, [{"role": m.role, "content": m.text()} for m in messages])
-
-
-def _rendered(state: ServerState, messages: list[ChatMessage]) -> str:
-    """The templated prompt; a conversation the chat template refuses (e.g. roles out of order) is a 400."""
     try:
-        return render_chat(state.engine.tokenizer, messages)
+        return apply_chat_template(tokenizer, [{"role": m.role, "content": m.text()} for m in messages])
     except TemplateError as err:
         raise bad_request(f"the model's chat template refused these messages: {err}", "messages") from err
 
@@ -61,10 +57,8 @@ async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage:
         if out.finished:
             yield _chunk(call, ChatDelta(), out.result.finish_reason)
             if include_usage:
-                yield ChatCompletionChunk(id=call.id, created=call.created, model=call.model, choices=[],
-                                          usage=usage_of(out.result))
+                yield ChatCompletionChunk(**asdict(call), choices=[], usage=usage_of(out.result))
 
 
 def _chunk(call: Call, delta: ChatDelta, finish_reason: str | None = None) -> ChatCompletionChunk:
-    return ChatCompletionChunk(id=call.id, created=call.created, model=call.model,
-                               choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)])
+    return ChatCompletionChunk(**asdict(call), choices=[ChatChunkChoice(delta=delta, finish_reason=finish_reason)])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 
 from fastapi import APIRouter, Depends, Request
 
@@ -27,8 +28,7 @@ async def completions(req: CompletionRequest, request: Request, state: ServerSta
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
     out = await state.engine.generate(prompt, params)
     choice = CompletionChoice(text=out.text, finish_reason=out.finish_reason)
-    return CompletionResponse(id=call.id, created=call.created, model=call.model, choices=[choice],
-                              usage=usage_of(out))
+    return CompletionResponse(**asdict(call), choices=[choice], usage=usage_of(out))
 
 
 async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage: bool):
@@ -37,10 +37,9 @@ async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage:
             continue
         reason = out.result.finish_reason if out.finished else None
         choice = CompletionChoice(text=out.delta_text, finish_reason=reason)
-        yield CompletionResponse(id=call.id, created=call.created, model=call.model, choices=[choice])
+        yield CompletionResponse(**asdict(call), choices=[choice])
         if out.finished and include_usage:
-            yield CompletionResponse(id=call.id, created=call.created, model=call.model, choices=[],
-                                     usage=usage_of(out.result))
+            yield CompletionResponse(**asdict(call), choices=[], usage=usage_of(out.result))
 
 
 def _single_prompt(prompt: str | list) -> str | list[int]:

@@ -24,7 +24,10 @@ async def embeddings(req: EmbeddingRequest, request: Request,
     model, params = pooling_for(state, req.model)
     params.truncate = req.truncate_prompt_tokens
     inputs = split_inputs(req.input)
-    _check_dimensions(state, params, req.dimensions)
+    if req.dimensions is not None:
+        native = state.engine.embedding_dim(params.model)
+        if req.dimensions != native:
+            raise bad_request(f"dimensions must be {native} for this model (vectors are not truncated)", "dimensions")
     outputs = await gather_or_cancel([state.engine.embed(x, params) for x in inputs])
     data = [EmbeddingData(index=i, embedding=encode(out.embedding, req.encoding_format))
             for i, out in enumerate(outputs)]
@@ -67,11 +70,3 @@ async def gather_or_cancel(coros: list) -> list[EmbedOutput]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _check_dimensions(state: ServerState, params: PoolingParams, dimensions: int | None) -> None:
-    if dimensions is None:
-        return
-    native = state.engine.embedding_dim(params.model)
-    if dimensions != native:
-        raise bad_request(f"dimensions must be {native} for this model (vectors are not truncated)", "dimensions")

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, Depends, Request
 
 from orthrus_rag.rag import Answer, Pipeline
-from orthrus_rag.serving.errors import APIError, RagInputError, bad_request
+from orthrus_rag.serving.errors import APIError, bad_request
 from orthrus_rag.serving.limits import SCOPE_KEY, shorten_deadline
 from orthrus_rag.serving.openapi import RAG_STREAM
 from orthrus_rag.serving.rag_service import RagService
@@ -37,10 +37,7 @@ async def rag(req: RagRequest, request: Request, state: ServerState = Depends(ge
             deadline.grace_s = STREAM_GRACE_S
         return sse_response(rag_events(answer, req.question, req.pipeline or state.settings.rag.pipeline, example,
                                        deadline.remaining() if deadline else None))
-    try:
-        return RagResponse.of(await answer())
-    except RagInputError as err:
-        raise bad_request(str(err), err.param) from err
+    return RagResponse.of(await answer())
 
 
 def _answerer(state: ServerState, req: RagRequest) -> Callable[[], Awaitable[Answer]]:
@@ -50,10 +47,7 @@ def _answerer(state: ServerState, req: RagRequest) -> Callable[[], Awaitable[Ans
         return lambda: state.rag(req.question, req.pipeline)
     if not isinstance(state.rag, RagService):  # replicas or a stand-in: pipelines live elsewhere
         raise bad_request("this server cannot change k or max_steps per request", next(iter(overrides)))
-    try:
-        pipeline = with_settings(state.rag.pipeline(req.pipeline), overrides)
-    except RagInputError as err:
-        raise bad_request(str(err), err.param) from err
+    pipeline = with_settings(state.rag.pipeline(req.pipeline), overrides)
     return lambda: pipeline.answer(req.question)
 
 
