@@ -54,12 +54,13 @@ def load_questions(path: str | Path, split: str = "test", limit: int | None = No
     if not path.is_file():
         raise FileNotFoundError(f"question file not found: {path} (give a .jsonl or .json file, "
                                 "or hf:<dataset id> for a Hugging Face dataset)")
-    if path.suffix == ".jsonl":
-        questions = load_jsonl_questions(path, split, limit)
+    if path.suffix == ".jsonl":  # one question object a line
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     elif path.suffix == ".json":
-        questions = load_official_questions(path, split, limit)
+        rows = read_official(path)
     else:
         raise DatasetError(f"unknown question file type {path.suffix!r} for {path}: use .jsonl or .json")
+    questions = [_to_question(row, path) for row in select_split(rows, split, limit)]
     beside = path.with_name(ALIASES_FILE)
     aliases = aliases if aliases is not None else (beside if beside.is_file() and beside != path else None)
     return add_aliases(questions, load_aliases(aliases)) if aliases else questions
@@ -116,17 +117,6 @@ def select_split(rows: Sequence[dict[str, Any]], split: str, limit: int | None) 
     return chosen if limit is None else chosen[:limit]
 
 
-def load_jsonl_questions(path: str | Path, split: str = "test", limit: int | None = None) -> list[Question]:
-    """One question object a line, with id, question, answer and optional aliases, gold_titles, type."""
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [_to_question(row, path) for row in select_split(rows, split, limit)]
-
-
-def load_official_questions(path: str | Path, split: str = "test", limit: int | None = None) -> list[Question]:
-    """The official 2WikiMultihopQA json: a list of objects with `_id`, `supporting_facts`, `context`, ..."""
-    return [_to_question(row, path) for row in select_split(read_official(path), split, limit)]
-
-
 def context_passages(records: Iterable[dict[str, Any]], prefix: str = "ctx") -> list[Passage]:
     """Deduplicated passages of the `context` paragraphs ([[title, [sentences]], ...]) of the records, in order of
     first appearance, with ids `<prefix>-000000`, ..."""
@@ -143,15 +133,14 @@ def record_paragraphs(record: dict[str, Any]) -> list[tuple[str, str]]:
             for title, sentences in _paragraphs(record.get("context") or [])]
 
 
-def load_hf_questions(dataset_id: str, split: str = "test", limit: int | None = None,
-                      hf_split: str = "validation") -> list[Question]:
-    """Questions of a Hugging Face dataset in the 2WikiMultihopQA layout; `split` applies to its `hf_split`."""
+def load_hf_questions(dataset_id: str, split: str = "test", limit: int | None = None) -> list[Question]:
+    """Questions of a Hugging Face dataset in the 2WikiMultihopQA layout; `split` applies to its validation split."""
     try:
         from datasets import load_dataset
 
-        rows = list(load_dataset(dataset_id, split=hf_split))
+        rows = list(load_dataset(dataset_id, split="validation"))
     except Exception as e:  # datasets raises many kinds of errors when offline or for a wrong id
-        raise DatasetError(f"could not load Hugging Face dataset {dataset_id!r} (split {hf_split!r}): {e}. "
+        raise DatasetError(f"could not load Hugging Face dataset {dataset_id!r} (split 'validation'): {e}. "
                            "When offline (HF_HUB_OFFLINE=1) only cached datasets load: download it once "
                            "online, or give a local .jsonl or .json file instead") from e
     return [_to_question(row, dataset_id) for row in select_split(rows, split, limit)]

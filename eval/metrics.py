@@ -136,10 +136,11 @@ def aggregate(scores: Sequence[QuestionScores]) -> dict[str, float]:
     if not scores:
         raise ValueError("no scores to aggregate: the run answered no questions")
     rows = [asdict(s) for s in scores]
-    return {key: _mean([row[key] for row in rows]) for key in rows[0]}
+    return {key: mean_of([row[key] for row in rows]) for key in rows[0]}
 
 
-def _mean(values: list[float | None]) -> float:
+def mean_of(values: Sequence[float | None]) -> float:
+    """The mean of the values that are not None (0.0 when all are), so recall covers questions with gold titles."""
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else 0.0
 

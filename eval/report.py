@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from eval.bench.rag_metrics import TOKEN_KINDS, ratios  # noqa: E402
+from eval.bench.rag_metrics import TOKEN_KINDS, headline, ratios  # noqa: E402
 
 MODE_ORDER = ("hetero", "isolated", "alternating", "hf")
 COLORS = {"hetero": "tab:blue", "isolated": "tab:orange", "alternating": "tab:green", "hf": "tab:red",
@@ -159,10 +159,6 @@ def _save(fig, path: Path) -> Path:
 
 
 # ---- files ------------------------------------------------------------------------------------------------------
-def headline_entry(bench: dict) -> dict:
-    return next(e for e in bench["sweep"] if e["load"] == bench["headline"]["p99"])
-
-
 def write_rag_reports(bench: dict, out_dir: Path) -> dict[str, Path]:
     """bench.json, bench.md and the plots into `out_dir`; returns what was written, by name."""
     out_dir = Path(out_dir)
@@ -170,7 +166,7 @@ def write_rag_reports(bench: dict, out_dir: Path) -> dict[str, Path]:
     paths = {"bench": out_dir / "bench.json", "table": out_dir / "bench.md"}
     paths["bench"].write_text(json.dumps(bench, indent=2) + "\n")
     paths["table"].write_text(format_rag_table(bench))
-    head = headline_entry(bench)
+    head = next(e for e in bench["sweep"] if e["load"] == bench["headline"]["p99"])
     paths["latency_cdf"] = plot_latency_cdf(head, out_dir / "latency_cdf.png")
     if sum(e["rate"] is not None for e in bench["sweep"]) >= 2:
         paths["p99_vs_rate"] = plot_p99_vs_rate(bench["sweep"], out_dir / "p99_vs_rate.png")
@@ -197,16 +193,7 @@ def merge_benches(benches: list[dict]) -> dict:
     if not benches or any(b.get("workload") != "rag" for b in benches):
         raise ValueError("give one or more bench.json files of workload rag")
     sweep = join_loads([e for b in benches for e in b["sweep"]])
-    merged = dict(benches[0], sweep=sweep)
-    open_loads = [e for e in sweep if e["rate"] is not None]
-    head = open_loads[-1] if open_loads else sweep[-1]
-    closed = next((e for e in sweep if e["rate"] is None), head)
-    merged["ratios"] = dict(ratios(head["modes"]), **{k: v for k, v in ratios(closed["modes"]).items()
-                                                      if k.startswith("qps_")})
-    merged["modes"] = {m: {k: v for k, v in r.items() if k not in ("latencies_s", "timeline", "predictions")}
-                       for m, r in head["modes"].items()}
-    merged["headline"] = {"p99": head["load"], "qps": closed["load"]}
-    return merged
+    return dict(benches[0], sweep=sweep, **headline(sweep))
 
 
 def main(argv: list[str] | None = None) -> None:

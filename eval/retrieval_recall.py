@@ -24,7 +24,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from eval.datasets import DatasetSpec, read_questions
-from eval.metrics import all_gold, passage_recall
+from eval.metrics import all_gold, mean_of, passage_recall
 from eval.run_info import environment
 from orthrus_rag.launch import launch
 from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
@@ -45,12 +45,6 @@ class Row:
     all_gold: float
     n: int
     seconds: float
-
-
-def mean_of(values: Sequence[float | None]) -> float:
-    """The mean over questions that have gold titles (as eval.metrics.aggregate averages recall)."""
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else 0.0
 
 
 def row_label(mode: str, embedder: str, index: IndexSource) -> str:

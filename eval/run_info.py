@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from orthrus_rag.demo import demo_corpus_path, demo_questions_path
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -110,12 +112,8 @@ def corpus_facts(path: str | Path | None) -> dict[str, Any]:
 def _dataset_paths(dataset: dict[str, Any]) -> tuple[str | Path | None, Path | None]:
     """The questions and corpus paths, relative ones from where the command ran; the demo files for nulls."""
     questions, corpus = dataset.get("path"), dataset.get("corpus")
-    if questions is None or corpus is None:
-        from orthrus_rag.demo import demo_corpus_path, demo_questions_path
-
-        questions = questions if questions is not None else demo_questions_path()
-        corpus = corpus if corpus is not None else demo_corpus_path()
-    return _absolute(questions), _absolute(corpus)
+    return (_absolute(demo_questions_path() if questions is None else questions),
+            _absolute(demo_corpus_path() if corpus is None else corpus))
 
 
 def _absolute(path: str | Path) -> str | Path:

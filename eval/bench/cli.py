@@ -46,18 +46,6 @@ def workload_from_config(cfg: DictConfig):
     return Workload(**spec)
 
 
-def rag_setup(cfg: DictConfig):
-    """The rag workload's questions, stack plan (engine, index, pipeline) and workload from the config."""
-    from eval.bench.rag import RagSetup, RagWorkload
-    from eval.datasets import DatasetSpec, read_questions
-
-    check_modes(cfg)
-    spec = DatasetSpec.from_config(cfg.dataset)
-    questions = read_questions(spec)
-    plan = StackPlan.from_config(cfg, spec.corpus)
-    return RagSetup(plan, questions, typed(RagWorkload, cfg.workload, "workload"))
-
-
 def rag_rates(cfg: DictConfig) -> list:
     rates = list(cfg.rates) if cfg.get("rates") is not None else [cfg.get("rate")]
     bad = [r for r in rates if r is not None and not (isinstance(r, (int, float)) and r > 0)]
@@ -67,10 +55,14 @@ def rag_rates(cfg: DictConfig) -> list:
 
 
 def run_rag(cfg: DictConfig) -> dict:
-    from eval.bench.rag import run_rag_bench
+    from eval.bench.rag import RagSetup, RagWorkload, run_rag_bench
+    from eval.datasets import DatasetSpec, read_questions
     from eval.report import format_rag_table, write_rag_reports
 
-    setup = rag_setup(cfg)
+    check_modes(cfg)
+    spec = DatasetSpec.from_config(cfg.dataset)
+    questions = read_questions(spec)
+    setup = RagSetup(StackPlan.from_config(cfg, spec.corpus), questions, typed(RagWorkload, cfg.workload, "workload"))
     rates = rag_rates(cfg)
     try:
         setup.workload.loads(rates)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
 from orthrus_rag.rag.embedding import EmbeddingRecipe
-from orthrus_rag.settings import plain, typed
+from orthrus_rag.settings import UserError, plain, typed
 from orthrus_rag.rag.types import Passage
 
 
@@ -100,7 +100,6 @@ def indexing_bench(cfg) -> dict:
     from hydra.utils import to_absolute_path
 
     from eval.bench.runner import machine_info
-    from orthrus_rag.settings import UserError
     from orthrus_rag.stack import StackPlan
 
     workload = typed(IndexingWorkload, cfg.workload, "workload")

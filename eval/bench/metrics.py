@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 KINDS = ("embed", "generate")
 BASELINES = ("isolated", "alternating", "hf")
@@ -34,9 +34,6 @@ class ModeResult:
     mean_s: dict[str, float | None]
     engine: dict = field(default_factory=dict)  # engine counters over the timed run (per process for isolated)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
@@ -56,14 +53,13 @@ def latency_stats(values: list[float]) -> dict[str, float | None]:
 
 def summarize(mode: str, records: list[Record], wall_s: float, engine: dict | None = None) -> ModeResult:
     by_kind = {k: [r.latency_s for r in records if r.kind == k] for k in KINDS}
-    mean = {k: (sum(v) / len(v) if v else None) for k, v in by_kind.items()}
     return ModeResult(
         mode=mode, requests=len(records), wall_s=wall_s,
         rps=len(records) / wall_s, embed_rps=len(by_kind["embed"]) / wall_s,
         gen_rps=len(by_kind["generate"]) / wall_s,
         p50_s={k: percentile(v, 50) for k, v in by_kind.items()},
         p99_s={k: percentile(v, 99) for k, v in by_kind.items()},
-        mean_s=mean, engine=engine or {})
+        mean_s={k: (sum(v) / len(v) if v else None) for k, v in by_kind.items()}, engine=engine or {})
 
 
 def ratios(modes: dict[str, ModeResult]) -> dict[str, float | None]:

@@ -19,7 +19,7 @@ from typing import Any
 from tqdm import tqdm
 
 from eval.bench.runner import engine_delta, machine_info, make_backend, mode_threads, ran_dtype
-from eval.bench.rag_metrics import RunData, ratios, summarize_run
+from eval.bench.rag_metrics import RunData, headline, ratios, summarize_run
 from eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
 from orthrus_rag.stack import StackPlan
@@ -201,27 +201,12 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
 
 
 # ---- bench.json -------------------------------------------------------------------------------------------------
-RAW_KEYS = ("latencies_s", "timeline", "predictions")
-
-
 def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: RagSetup, modes: list[str]) -> dict:
-    """bench.json for the rag workload. `sweep` holds every load; the top-level `modes` are those of the headline
-    load (the highest open-loop rate, else the closed loop) without raw lists; `ratios` take p99 from that load
-    and qps from the closed loop when one ran (open-loop qps cannot exceed the offered rate)."""
+    """bench.json for the rag workload: every load in `sweep`; `modes`, `ratios` and `headline` from `headline`."""
     sweep = [{"load": load.label, "rate": load.rate, "modes": summaries[load.label],
               "ratios": ratios(summaries[load.label])} for load in loads]
-    open_loads = [s for s in sweep if s["rate"] is not None]
-    head = max(open_loads, key=lambda s: s["rate"]) if open_loads else sweep[-1]
-    closed = next((s for s in sweep if s["rate"] is None), head)
-    head_ratios = dict(head["ratios"])
-    for key in ("qps_hetero/hf", "qps_hetero/isolated", "qps_hetero/alternating"):
-        head_ratios[key] = closed["ratios"][key]
     plan = setup.plan
-    return {"workload": "rag",
-            "modes": {m: {k: v for k, v in r.items() if k not in RAW_KEYS} for m, r in head["modes"].items()},
-            "ratios": head_ratios,
-            "headline": {"p99": head["load"], "qps": closed["load"]},
-            "sweep": sweep,
+    return {"workload": "rag", **headline(sweep), "sweep": sweep,
             "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())),
                        "questions": len(setup.questions),
                        "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eval.bench.metrics import latency_stats, percentile
+from eval.bench.metrics import BASELINES, latency_stats, percentile
 from eval.load import Load
+from eval.metrics import aggregate, score_answers
 
-BASELINES = ("isolated", "alternating", "hf")
 TOKEN_KINDS = ("decode", "prefill", "embed")
+RAW_KEYS = ("latencies_s", "timeline", "predictions")
 
 
 @dataclass
@@ -92,18 +93,12 @@ def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
     return rows
 
 
-def accuracy(answers: list, questions: list) -> dict[str, float]:
-    from eval.metrics import aggregate, score_answers
-
-    return aggregate(score_answers(questions, answers))
-
-
 def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]:
     latencies = [a.queue_s + a.latency_s for a in run.answers]
     n = len(run.answers)
     return {"mode": run.mode, "load": run.load.label, "rate": run.load.rate, "n": n, "wall_s": run.wall_s,
             "qps": n / run.wall_s if run.wall_s > 0 else 0.0, **latency_stats(latencies),
-            "goodput": goodput(latencies, run.wall_s, slo_s), **accuracy(run.answers, questions),
+            "goodput": goodput(latencies, run.wall_s, slo_s), **aggregate(score_answers(questions, run.answers)),
             "calls": call_stats(run.calls), "time_share": time_share(run.engine, run.wall_s),
             "engine": run.engine, "latencies_s": latencies, "timeline": timeline(run.samples),
             "predictions": [a.prediction for a in run.answers]}
@@ -123,3 +118,16 @@ def ratios(modes: dict[str, dict]) -> dict[str, float | None]:
         out[f"same_predictions_{base}"] = (sum(a == b for a, b in zip(hetero["predictions"], other["predictions"]))
                                            / max(1, len(hetero["predictions"])) if both else None)
     return out
+
+
+def headline(sweep: list[dict]) -> dict[str, Any]:
+    """bench.json's `modes`, `ratios` and `headline` for a sweep of loads. The headline load is the highest
+    open-loop rate, else the closed loop: its `modes` without raw lists, and the ratios with p99 from that load and
+    qps from the closed loop when one ran (open-loop qps cannot exceed the offered rate)."""
+    open_loads = [e for e in sweep if e["rate"] is not None]
+    head = max(open_loads, key=lambda e: e["rate"]) if open_loads else sweep[-1]
+    closed = next((e for e in sweep if e["rate"] is None), head)
+    closed_qps = {k: v for k, v in ratios(closed["modes"]).items() if k.startswith("qps_")}
+    return {"modes": {m: {k: v for k, v in r.items() if k not in RAW_KEYS} for m, r in head["modes"].items()},
+            "ratios": dict(ratios(head["modes"]), **closed_qps),
+            "headline": {"p99": head["load"], "qps": closed["load"]}}

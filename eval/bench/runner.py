@@ -145,9 +145,9 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
             results = {m: summarize(m, runs[phase.name].records, runs[phase.name].wall_s, runs[phase.name].engine)
                        for m, runs in per_mode.items()}
             bench["phases"][phase.name] = {"embed_share": phase.embed_share,
-                                           "modes": {m: r.to_dict() for m, r in results.items()},
+                                           "modes": {m: asdict(r) for m, r in results.items()},
                                            "ratios": ratios(results)}
-    bench["modes"] = {mode: result.to_dict() for mode, result in overall.items()}
+    bench["modes"] = {mode: asdict(result) for mode, result in overall.items()}
     bench["ratios"] = ratios(overall)
     bench["config"] = {"modes": modes, "workload": asdict(workload), "engine": asdict(config),
                        "dtype": ran_dtype(config),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from eval.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
                            record_paragraphs)
@@ -67,15 +67,6 @@ def read_ids(path: Path) -> list[str]:
     return [str(row.get("id", row.get("_id"))) for row in rows]
 
 
-def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
-    count = 0
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-    return count
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m eval.data.build_2wiki", description=__doc__.split("\n")[0])
     parser.add_argument("--dev", type=Path, required=True, help="the official 2WikiMultihopQA dev.json")
@@ -90,9 +81,11 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, DatasetError, KeyError, json.JSONDecodeError) as error:
         parser.error(f"{type(error).__name__}: {error}")
     args.out.mkdir(parents=True, exist_ok=True)
-    n_questions = write_jsonl(args.out / "questions.jsonl", questions)
-    n_passages = write_jsonl(args.out / "corpus.jsonl", corpus)
-    print(f"{args.out / 'questions.jsonl'}: {n_questions} questions; {args.out / 'corpus.jsonl'}: {n_passages} passages")
+    for name, rows in (("questions.jsonl", questions), ("corpus.jsonl", corpus)):
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        (args.out / name).write_text(text, encoding="utf-8")
+    print(f"{args.out / 'questions.jsonl'}: {len(questions)} questions; "
+          f"{args.out / 'corpus.jsonl'}: {len(corpus)} passages")
 
 
 if __name__ == "__main__":

@@ -52,10 +52,7 @@ def _faiss_gpu() -> bool:
 
 
 def _nvidia_smi(field: str) -> str | None:
-    return _output(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"])
-
-
-def _output(command: list[str]) -> str | None:
+    command = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"]
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=20, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from eval.gpu.plan import BenchPart
-from eval.gpu.runs import CommandResult, python, run_command
+from eval.gpu.runs import CommandResult, run_command
 
 MIN_START_S = 10  # a part with less time left than this is skipped
 
@@ -25,8 +26,8 @@ def tests_part(paths: tuple[str, ...], device: str, box_s: float, folder: Path) 
     """The engine tests with engines and their transformers references on `device` (float32 exactness)."""
     junit = folder / "tests.xml"
     workers = ["-n", "4"] if device == "cuda" and importlib.util.find_spec("xdist") else []
-    args = python("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "eval.gpu.missing_models", "-m",
-                  "not shipped", f"--junitxml={junit}", *workers, *paths)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "eval.gpu.missing_models", "-m",
+            "not shipped", f"--junitxml={junit}", *workers, *paths]
     result = run_command(args, box_s, folder / "tests.log", env={"ORTHRUS_TEST_DEVICE": device})
     counts = junit_counts(junit) if junit.is_file() else progress_counts(result.log)
     section = {"status": status_of(result), "device": device, "paths": list(paths), "seconds": result.seconds,
@@ -74,7 +75,7 @@ def steps_available() -> bool:
 def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
     if not steps_available():
         return {"status": "not available (eval/bench/steps.py is not in this checkout)"}
-    args = python("-m", "eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}")
+    args = [sys.executable, "-m", "eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}"]
     result = run_command(args, box_s, folder / "steps.log")
     bench = _read_json(folder / "steps" / "bench.json")
     section = {"status": status_of(result), "seconds": result.seconds, "overrides": list(overrides)}
@@ -95,8 +96,8 @@ def bench_modes(part: BenchPart, extra: tuple[str, ...], time_left, folder: Path
             problems[mode] = "not run: time box spent"
             continue
         sweep = folder / part.name / mode
-        args = python("-m", "eval.bench.cli", "-m", *part.overrides, *extra, f"modes=[{mode}]",
-                      f"hydra.sweep.dir={sweep}")
+        args = [sys.executable, "-m", "eval.bench.cli", "-m", *part.overrides, *extra, f"modes=[{mode}]",
+                f"hydra.sweep.dir={sweep}"]
         result = run_command(args, min(box, time_left()), folder / part.name / f"{mode}.log")
         box -= result.seconds
         results.update(_benches_by_mode(sweep))

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,3 @@ def run_command(args: list[str], timeout_s: float, log: Path, env: dict[str, str
             proc.wait()
             code = None
     return CommandResult(code, round(time.perf_counter() - start, 1), log)
-
-
-def python(*args: str) -> list[str]:
-    return [sys.executable, *args]
