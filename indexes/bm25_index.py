@@ -112,14 +112,11 @@ class BM25Index:
 
 def bm25_matches(folder: Path, passages: Sequence[Passage], params: BM25Params) -> bool:
     """Whether `folder` holds a BM25 index of exactly these passages with these settings."""
-    if not (folder / BM25_MANIFEST_FILE).is_file():
-        return False
     try:
         saved = BM25Manifest.load(folder)
-    except (ValueError, TypeError):
+    except (FileNotFoundError, ValueError, TypeError):
         return False
-    expected = BM25Manifest(asdict(params), corpus_fingerprint(passages), len(passages))
-    return saved == expected
+    return saved == BM25Manifest(asdict(params), corpus_fingerprint(passages), len(passages))
 
 
 def default_bm25_folder(cache: Path, corpus: Path, passages: Sequence[Passage]) -> Path:

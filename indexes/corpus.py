@@ -36,16 +36,14 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
-            if line.strip():
-                rows.append(_parse_line(line, line_no, path))
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise CorpusFormatError(f"{path}:{line_no} is not valid JSON ({e.msg}); "
+                                        "expected one object a line") from e
     return rows
-
-
-def _parse_line(line: str, line_no: int, path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise CorpusFormatError(f"{path}:{line_no} is not valid JSON ({e.msg}); expected one object a line") from e
 
 
 def _read_json(path: Path) -> list[dict[str, Any]]:

@@ -49,8 +49,13 @@ class DenseIndex:
             raise ValueError(f"got {len(vectors)} vectors for {len(passages)} passages: give one vector a passage")
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
-        index = _faiss_index(vectors, factory, metric, nprobe) if faiss_module() else _torch_index(vectors, factory,
-                                                                                                   metric)
+        if faiss_module():
+            index = _faiss_index(vectors, factory, metric, nprobe)
+        elif factory == "Flat":
+            index = TorchFlatSearch(vectors, metric)
+        else:
+            raise ValueError(f"faiss is not installed, so only index.factory=Flat works (exact search with torch); "
+                             f"pip install faiss-cpu for {factory!r}")
         manifest = IndexManifest(embedder=embedder_name, dimension=vectors.shape[1], metric=metric,
                                  factory=factory, corpus_fingerprint=corpus_fingerprint(passages),
                                  num_passages=len(passages), embedding=embedding)
@@ -132,15 +137,10 @@ def _faiss_index(vectors: np.ndarray, factory: str, metric: str, nprobe: int):
     index = _new_index(vectors.shape[1], factory, metric)
     _train(index, vectors, factory)
     index.add(vectors)
-    _set_nprobe(index, nprobe)
+    ivf = faiss_module().try_extract_index_ivf(index)
+    if ivf is not None:  # an IVF index searches `nprobe` of its lists
+        ivf.nprobe = min(nprobe, ivf.nlist)
     return index
-
-
-def _torch_index(vectors: np.ndarray, factory: str, metric: str) -> TorchFlatSearch:
-    if factory != "Flat":
-        raise ValueError(f"faiss is not installed, so only index.factory=Flat works (exact search with torch); "
-                         f"pip install faiss-cpu for {factory!r}")
-    return TorchFlatSearch(vectors, metric)
 
 
 def _new_index(dimension: int, factory: str, metric: str):
@@ -182,9 +182,3 @@ def _train(index, vectors: np.ndarray, factory: str) -> None:
     except RuntimeError as e:
         raise ValueError(f"training index {factory!r} on {len(vectors)} vectors failed: {e}. "
                          "Give more passages or a smaller factory (fewer IVF lists, fewer PQ bits)") from e
-
-
-def _set_nprobe(index, nprobe: int) -> None:
-    ivf = faiss_module().try_extract_index_ivf(index)
-    if ivf is not None:
-        ivf.nprobe = min(nprobe, ivf.nlist)

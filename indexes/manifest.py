@@ -3,15 +3,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 MANIFEST_FILE = "manifest.json"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -22,7 +18,7 @@ class IndexManifest:
     factory: str
     corpus_fingerprint: str
     num_passages: int
-    created: str = field(default_factory=_now)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     # how the vectors were made beyond the embedder's name (EmbeddingRecipe.recipe(): pooling, normalize,
     # query and passage prefixes, adapter); None for an index built without one
     embedding: dict[str, Any] | None = None

@@ -6,7 +6,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from indexes.torch_search import TorchFlatSearch
@@ -57,17 +56,11 @@ def place(stored, factory: str, metric: str, device: str) -> Placement:
         if moved is not stored:
             return Placement(moved, "faiss-gpu")
     if factory == "Flat":
-        return Placement(TorchFlatSearch(flat_vectors(stored), metric, device), "torch-cuda")
+        vectors = stored.numpy() if on_torch else stored.reconstruct_n(0, stored.ntotal)
+        return Placement(TorchFlatSearch(vectors, metric, device), "torch-cuda")
     warnings.warn(f"index {factory!r} cannot search on the GPU here (faiss-gpu missing or the index type cannot "
                   "move): it searches on the CPU", stacklevel=2)
     return Placement(stored, "faiss-cpu")
-
-
-def flat_vectors(stored) -> np.ndarray:
-    """The stored vectors of a Flat index, row i for passage i."""
-    if isinstance(stored, TorchFlatSearch):
-        return stored.numpy()
-    return stored.reconstruct_n(0, stored.ntotal)
 
 
 def _faiss_to_gpu(index):

@@ -12,15 +12,14 @@ from filelock import FileLock
 from orthrus_rag.files import cache_dir
 from orthrus_rag.settings import UserError
 
-RAY_EXTRA = "pip install -e '.[ray]' (or ./install.sh)"
-
 
 def import_ray() -> Any:
     """The `ray` module; a clear error when the `ray` extra is not installed."""
     try:
         import ray
     except ImportError as error:
-        raise UserError(f"scale-out (server.replicas>1, workers>1) needs Ray: {RAY_EXTRA}") from error
+        raise UserError("scale-out (server.replicas>1, workers>1) needs Ray: pip install -e '.[ray]' "
+                        "(or ./install.sh)") from error
     return ray
 
 

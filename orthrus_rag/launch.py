@@ -1,12 +1,12 @@
 """What the Hydra apps share: the config folder, with the defaults of the engine, the index and each pipeline
-registered from their dataclasses, launching an app, and one-line exits for user mistakes (`UserError`). The stack an app runs is planned and built by
-`orthrus_rag.stack.StackPlan`."""
+registered from their dataclasses, launching an app, and one-line exits for user mistakes (`UserError`). The stack
+an app runs is planned and built by `orthrus_rag.stack.StackPlan`."""
 from __future__ import annotations
 
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Callable, NoReturn, TypeVar
+from typing import Any, Callable, TypeVar
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -49,17 +49,6 @@ def register_defaults() -> None:
 register_defaults()
 
 
-def fail(app: str, error: BaseException) -> NoReturn:
-    print(f"{app}: error: {error}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def check_conf_dir(config_name: str) -> None:
-    if not (CONF_DIR / f"{config_name}.yaml").is_file():
-        raise SystemExit(f"config folder {CONF_DIR} with {config_name}.yaml not found: install orthrus-rag from "
-                         "its repository (pip install -e .)")
-
-
 def guarded(app: str, task: Callable[[DictConfig], T]) -> Callable[[DictConfig], T]:
     """`task` with UserError turned into a one-line message and exit status 2."""
 
@@ -67,7 +56,8 @@ def guarded(app: str, task: Callable[[DictConfig], T]) -> Callable[[DictConfig],
         try:
             return task(cfg)
         except UserError as error:
-            fail(app, error)
+            print(f"{app}: error: {error}", file=sys.stderr)
+            raise SystemExit(2)
 
     run.__name__ = task.__name__
     return run
@@ -75,5 +65,7 @@ def guarded(app: str, task: Callable[[DictConfig], T]) -> Callable[[DictConfig],
 
 def launch(app: str, config_name: str, task: Callable[[DictConfig], T]) -> None:
     """Run `task` as a Hydra app over `conf/<config_name>.yaml`, user errors as one-line messages."""
-    check_conf_dir(config_name)
+    if not (CONF_DIR / f"{config_name}.yaml").is_file():
+        raise SystemExit(f"config folder {CONF_DIR} with {config_name}.yaml not found: install orthrus-rag from "
+                         "its repository (pip install -e .)")
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(guarded(app, task))()

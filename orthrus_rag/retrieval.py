@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from orthrus_rag.rag import DenseRetriever, Retriever
+from orthrus_rag.rag.bm25_retriever import BM25Retriever
 from orthrus_rag.rag.fusion import RRF_K
-from orthrus_rag.rag.hybrid_retriever import CANDIDATES
+from orthrus_rag.rag.hybrid_retriever import CANDIDATES, HybridRetriever
 
 if TYPE_CHECKING:
     from indexes import DenseIndex
     from indexes.bm25_index import BM25Index
     from orthrus_rag.engine import EngineLike
-    from orthrus_rag.rag import Retriever
     from orthrus_rag.rag.embedding import EmbeddingRecipe
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
@@ -56,10 +57,6 @@ class SearchIndexes:
 
 def make_retriever(engine: EngineLike, indexes: SearchIndexes, embedding: EmbeddingRecipe) -> Retriever:
     """The Retriever over `indexes` for its mode."""
-    from orthrus_rag.rag import DenseRetriever
-    from orthrus_rag.rag.bm25_retriever import BM25Retriever
-    from orthrus_rag.rag.hybrid_retriever import HybridRetriever
-
     settings = indexes.settings
     if settings.mode == "dense":
         return DenseRetriever(engine, indexes.dense, embedding)

@@ -93,8 +93,10 @@ class StackPlan:
         """The plan for `cfg`. `pipelines`: name -> pipeline group (default: `cfg.pipeline`, when there is one);
         `corpus`: the passages file (None: the embedded demo corpus); `with_index`: plan the index even when no
         pipeline retrieves (None: only when one does)."""
+        from pipelines import PIPELINES
+
         groups = _pipeline_groups(cfg, pipelines)
-        retrieves = any(_retrieves(group) for group in groups.values())
+        retrieves = any(PIPELINES[group["name"]].retrieves for group in groups.values())
         engine = _engine_config(cfg)
         embedding = _embedding(cfg, engine.dtype)
         index = _index_source(cfg, corpus, engine.dtype) if (retrieves if with_index is None else with_index) else None
@@ -142,12 +144,6 @@ def _pipeline_groups(cfg: DictConfig, pipelines: Mapping[str, Mapping[str, Any]]
     for group in groups.values():
         _make_pipeline(group, None, None)  # settings errors show before anything loads
     return groups
-
-
-def _retrieves(group: Mapping[str, Any]) -> bool:
-    from pipelines import PIPELINES
-
-    return PIPELINES[group["name"]].retrieves
 
 
 def _make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reasoner) -> Pipeline:
@@ -250,6 +246,7 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> Ind
     (`default_index_folder`, for the dtype passages are embedded in)."""
     from hydra.utils import to_absolute_path
 
+    from indexes import CorpusFormatError, load_corpus
     from indexes.bm25_index import default_bm25_folder
     from orthrus_rag.demo import demo_corpus_path
 
@@ -259,22 +256,15 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> Ind
     except ValueError as error:
         raise UserError(error) from error
     corpus = Path(corpus) if corpus else demo_corpus_path()
-    passages = _read_corpus(corpus)
+    try:
+        passages = load_corpus(corpus)
+    except (FileNotFoundError, CorpusFormatError) as error:  # a missing or malformed corpus file
+        raise UserError(error) from error
     name = _embedder_name(cfg)
     folder = (Path(to_absolute_path(spec.folder)) if spec.folder
               else default_index_folder(corpus, passages, name, dtype))
     bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
     return IndexSource(folder, passages, name, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
-
-
-def _read_corpus(path: Path) -> list[Passage]:
-    """The corpus passages; a missing or malformed file is a UserError."""
-    from indexes import CorpusFormatError, load_corpus
-
-    try:
-        return load_corpus(path)
-    except (FileNotFoundError, CorpusFormatError) as error:
-        raise UserError(error) from error
 
 
 def default_index_folder(corpus: Path, passages: list[Passage], embedder: str, dtype: str | None = None) -> Path:

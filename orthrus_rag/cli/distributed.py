@@ -45,7 +45,8 @@ def answer_distributed(plan: StackPlan, questions: list, workers: int, concurren
                        on_answer: OnAnswer | None = None) -> RunOutput:
     ray = connect(None)
     plan = plan.sharing_cores(usable_cores() // workers)
-    actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_worker(ray, plan, workers))(ExperimentWorker)
+    gpus = int(plan.engine.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= workers)
+    actor = ray.remote(num_cpus=1, num_gpus=gpus)(ExperimentWorker)
     actors = [actor.remote(plan, concurrency) for _ in range(workers)]
     try:
         _get(ray, [a.prepare.remote() for a in actors])
@@ -100,7 +101,3 @@ def merged(questions: list, shards: list[RunOutput], wall_s: float) -> RunOutput
     for i, shard in enumerate(shards):
         answers[i::len(shards)] = shard.answers
     return RunOutput(questions, answers, wall_s, summed_stats([s.engine_stats for s in shards]))
-
-
-def _gpus_per_worker(ray, plan: StackPlan, workers: int) -> int:
-    return int(plan.engine.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= workers)

@@ -9,6 +9,7 @@ _LEADING_LABEL = re.compile(r"^\s*(?:final\s+answer|short\s+answer|answer|a)\s*[
 # a copied passage label: "[3] ", "(3) ", "3) ", "3. "
 _PASSAGE_LABEL = re.compile(r"^\s*(?:\[\d+\]|\(\d+\)|\d+[.)])\s+")
 _TITLE_WORDS = 10
+_SHORT_ANSWER_WORDS = 6
 _YES_NO = re.compile(r"^(yes|no)(?:$|[\s]*[,.;:!\-])", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?=\s+[\"'(A-Z0-9]|\s*$)")
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "ft", "vs", "inc", "ltd", "co", "no", "prof",
@@ -16,9 +17,6 @@ _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "ft", "vs", "
                   "sept", "oct", "nov", "dec"}
 _QUOTES = "\"'“”‘’`«»"
 _TRAILING = " \t.,;:!"
-
-
-_SHORT_ANSWER_WORDS = 6
 
 
 def extract_answer(text: str, from_end: bool = False) -> str:

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -71,9 +71,8 @@ class Pipeline(ABC):
         with live.watch("reason", summary) as call:
             out = await self.reasoner.reason_with_usage(prompt, params)
             call.reasoned(out)
-        event = TraceEvent("reason", summary, out.text, call.start, time.perf_counter(), out.prompt_tokens,
-                           out.completion_tokens)
-        _record(event)
+        _record(TraceEvent("reason", summary, out.text, call.start, time.perf_counter(), out.prompt_tokens,
+                           out.completion_tokens))
         return out.text
 
     def settings(self) -> dict[str, object]:
@@ -141,7 +140,10 @@ def _traced(answer):  # noqa: ANN001, ANN202 - wraps any subclass's answer()
         if not isinstance(result, Answer):
             raise TypeError(f"{type(self).__name__}.answer must return an Answer, got {type(result).__name__}")
         result.latency_s = time.perf_counter() - recording.start
-        result.trace = _relative(recording)
+        for event in recording.events:  # times since the question started
+            event.start_s -= recording.start
+            event.end_s -= recording.start
+        result.trace = recording.events
         return result
     return traced
 
@@ -150,13 +152,6 @@ def _record(event: TraceEvent) -> None:
     recording = _RECORDING.get()
     if recording is not None:
         recording.events.append(event)
-
-
-def _relative(recording: _Recording) -> list[TraceEvent]:
-    for event in recording.events:
-        event.start_s -= recording.start
-        event.end_s -= recording.start
-    return recording.events
 
 
 def _summarize(prompt: Prompt) -> str:

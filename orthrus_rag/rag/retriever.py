@@ -68,9 +68,7 @@ class DenseRetriever(Retriever):
 def _check_recipe(index: SearchIndex, embedding: EmbeddingRecipe) -> None:
     """The index's recorded recipe (manifest.embedding, when it has one) equals the retriever's."""
     recorded = getattr(getattr(index, "manifest", None), "embedding", None)
-    if recorded is None:
-        return
-    if recorded != embedding.recipe():
+    if recorded is not None and recorded != embedding.recipe():
         raise IndexRecipeError(f"the index was embedded with {describe_recipe(recorded) or 'no recorded recipe'}, "
                                f"but queries would be embedded with {describe_recipe(embedding.recipe())}: rebuild "
                                "the index with the same embedder settings (orthrus-rag-index embedder=...) or "

@@ -16,9 +16,7 @@ class Passage:
 
     def formatted(self) -> str:
         """The passage as shown to a generator and as embedded for the index."""
-        if not self.title:
-            return self.text
-        return f"Title: {self.title}\n{self.text}"
+        return f"Title: {self.title}\n{self.text}" if self.title else self.text
 
 
 TraceKind = Literal["retrieve", "reason"]

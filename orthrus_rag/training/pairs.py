@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexes.corpus import load_corpus
 from orthrus_rag.rag.types import Passage
 
 
@@ -30,16 +31,6 @@ class PairSource:
     question_repeats: int = 1  # each question pair this many times (questions are rarer than titles)
     title_pairs: bool = True
     title_templates: bool = False  # title queries written into the questions' forms (without questions: bare)
-
-
-def read_passages(path: str | Path) -> dict[str, Passage]:
-    """Passages of a jsonl corpus ({id, title, text} a line) by id."""
-    passages = {}
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            passages[str(row["id"])] = Passage(text=row["text"], title=row.get("title", ""), id=str(row["id"]))
-    return passages
 
 
 def corpus_pairs(passages: dict[str, Passage]) -> list[Pair]:
@@ -111,7 +102,7 @@ def _lines(path: str | Path, lines: int) -> list[str]:
 
 def load_pairs(source: PairSource, seed: int = 0) -> list[Pair]:
     """The pairs `source` names; `seed` picks each templated title query's template and second title."""
-    passages = read_passages(source.corpus)
+    passages = {p.id: p for p in load_corpus(source.corpus)}
     pairs = []
     questions = bool(source.questions) and source.question_lines > 0
     if source.title_pairs and source.title_templates and questions:
