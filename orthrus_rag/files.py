@@ -1,10 +1,14 @@
-"""Where Orthrus-RAG keeps its files (the cache folder: converted models, indexes), and files written so that a
-crash, Ctrl-C or an OOM kill never leaves a half-written one behind."""
+"""Where Orthrus-RAG keeps its files (the cache folder: converted models, indexes), and files and folders written so
+that a crash, Ctrl-C or an OOM kill never leaves a half-written one behind."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from filelock import FileLock
 from platformdirs import user_cache_dir
 
 
@@ -24,3 +28,21 @@ def write_atomic(path: Path, text: str) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+def build_folder_once(target: Path, build: Callable[[Path], object], done: str) -> Path:
+    """`target`, made by `build(folder)` in a temporary folder beside it and moved into place whole, once: it is done
+    when it holds the file `done`, a reader never sees half of it, and processes that race build it once (a lock)."""
+    if (target / done).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not (target / done).exists():
+            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp-"))
+            try:
+                build(tmp)
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(tmp, target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target

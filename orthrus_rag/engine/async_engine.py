@@ -100,11 +100,10 @@ class AsyncEngine:
             if delta.delta_text:
                 yield delta.delta_text
 
-    async def stream_outputs(self, prompt: Prompt, params: SamplingParams | None = None,
-                             request_id: str | None = None) -> AsyncIterator[StepOutput]:
+    def stream_outputs(self, prompt: Prompt, params: SamplingParams | None = None,
+                       request_id: str | None = None) -> AsyncIterator[StepOutput]:
         """Like `stream`, with token ids and the final `GenerateOutput` (on the last item, `result`)."""
-        async for delta in self._submit(prompt, params or SamplingParams(), request_id):
-            yield delta
+        return self._submit(prompt, params or SamplingParams(), request_id)
 
     async def embed(self, input: Prompt, params: PoolingParams | None = None,
                     request_id: str | None = None) -> EmbedOutput:
@@ -263,7 +262,7 @@ class AsyncEngine:
         """Apply queued commands; returns True when shutdown was asked."""
         shutdown = False
         try:
-            command = self._commands.get(timeout=None) if block else self._commands.get_nowait()
+            command = self._commands.get(block)
             while True:
                 shutdown |= self._apply(command, accept and not shutdown)
                 command = self._commands.get_nowait()

@@ -209,33 +209,28 @@ def attend_runs(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, R
     if len(parts) == 1:
         k, v, m = parts[0]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=None if m is None else m.bias, scale=scale)
-    attend = _run_with_lse_cpu if q.device.type == "cpu" else _run_with_lse_cuda
-    outs, lses = zip(*(attend(q, k, v, m, scale) for k, v, m in parts))
+    outs, lses = zip(*(_run_with_lse(q, k, v, m, scale) for k, v, m in parts))
     lse = torch.stack(lses)  # (runs, 1, kv_heads, rows)
     weights = (lse - lse.logsumexp(0)).exp()
     return (torch.stack(outs) * weights[..., None]).sum(0)
 
 
-def _run_with_lse_cpu(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torch.Tensor]:
-    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, False, attn_mask=None if m is None else m.bias, scale=scale)
-    if m is not None and m.empty is not None:
-        lse = lse.masked_fill(m.empty, float("-inf"))
-    return o, lse
-
-
-def _run_with_lse_cuda(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torch.Tensor]:
-    """The memory-efficient kernel, which returns the log-sum-exp (padded to 32 rows); its bias rows must start on
-    16-element boundaries, so the bias is laid out in rows of a padded width."""
-    rows = q.shape[2]
-    bias = None
-    if m is not None:
-        keys = m.bias.shape[1]
-        bias = m.bias.new_zeros(rows, -(-keys // 16) * 16)[:, :keys].copy_(m.bias)
-        bias = bias[None, None].expand(1, q.shape[1], rows, keys)
-    o, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, False,
-                                                                         scale=scale)
-    lse = lse[..., :rows]
+def _run_with_lse(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """One run's output and log-sum-exp. On CUDA the memory-efficient kernel, which returns the log-sum-exp padded to
+    32 rows and needs its bias rows to start on 16-element boundaries, so the bias is laid out in rows of a padded
+    width."""
+    rows, bias = q.shape[2], None if m is None else m.bias
+    if q.device.type == "cpu":
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias,
+                                                                            scale=scale)
+    else:
+        if bias is not None:
+            keys = bias.shape[1]
+            bias = bias.new_zeros(rows, -(-keys // 16) * 16)[:, :keys].copy_(bias)
+            bias = bias[None, None].expand(1, q.shape[1], rows, keys)
+        o, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, False,
+                                                                             scale=scale)
+        lse = lse[..., :rows]
     if m is not None and m.empty is not None:  # rows that see nothing of this run: weight 0, output 0 (not NaN)
         lse = lse.masked_fill(m.empty, float("-inf"))
         o = o.masked_fill(m.empty[:, None], 0.0)
@@ -255,12 +250,8 @@ def _attend_flash(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling,
                                   block_table=lay.block_table)
 
 
-def _no_mask(*args, **kwargs):
-    return None
-
-
 def register() -> str:
     """Register the implementation with transformers (idempotent) and return its name."""
     AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention)
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _no_mask)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, lambda *args, **kwargs: None)  # it masks by itself
     return ATTN_IMPLEMENTATION

@@ -32,17 +32,12 @@ class EmbedderRunner:
 
     @torch.inference_mode()
     def embed(self, seqs: list[Sequence]) -> dict[str, torch.Tensor]:
-        windows, owners = [], []
-        for seq in seqs:
-            for window in self._windows(seq.prompt_ids):
-                windows.append(self.prefix + window + self.suffix)
-                owners.append(seq)
-        vectors = self._forward(windows)
+        windows = [[self.prefix + window + self.suffix for window in self._windows(seq.prompt_ids)] for seq in seqs]
+        vectors = self._forward([w for seq_windows in windows for w in seq_windows]).split([len(w) for w in windows])
         results: dict[str, torch.Tensor] = {}
-        for seq in seqs:
-            rows = [i for i, s in enumerate(owners) if s is seq]
-            weights = torch.tensor([len(windows[i]) for i in rows], dtype=torch.float32, device=vectors.device)
-            vector = (vectors[rows] * weights[:, None]).sum(0) / weights.sum()
+        for seq, seq_windows, seq_vectors in zip(seqs, windows, vectors):
+            weights = torch.tensor([len(w) for w in seq_windows], dtype=torch.float32, device=seq_vectors.device)
+            vector = (seq_vectors * weights[:, None]).sum(0) / weights.sum()
             results[seq.request_id] = F.normalize(vector, dim=-1) if seq.pooling.normalize else vector
         return results
 

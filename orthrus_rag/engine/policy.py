@@ -150,9 +150,8 @@ class AlternatingPolicy(Policy):
         self.kind: Kind = "embed"
 
     def begin_step(self, view: QueueView) -> None:
-        has_work = {k: view.has(k) or view.running[k] > 0 for k in KINDS}
         other: Kind = "generate" if self.kind == "embed" else "embed"
-        if has_work[other]:
+        if view.has(other) or view.running[other] > 0:
             self.kind = other
 
     def allows(self, kind: Kind) -> bool:

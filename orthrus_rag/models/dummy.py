@@ -21,13 +21,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from orthrus_rag.files import cache_dir
+from orthrus_rag.files import build_folder_once, cache_dir
 
 Resolve = Callable[[str], Path]  # a model name or folder -> its local folder (registry.resolve_model_path)
 
@@ -90,23 +89,7 @@ def dummy_embedder_folder(name: str | os.PathLike, resolve: Resolve) -> Path:
 def materialize(source: Path, key: str, resolve: Resolve) -> Path:
     """A cache folder holding `source`'s files without weights, the SmolLM2 tokenizer where `source` has none, and
     random weights for embedders and adapters; written once (safe when processes race)."""
-    from filelock import FileLock
-
-    target = cache_dir() / "dummy" / key
-    if (target / ".complete").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if not (target / ".complete").exists():
-            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp-"))
-            try:
-                _fill(source, tmp, resolve)
-                (tmp / ".complete").touch()
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_folder_once(cache_dir() / "dummy" / key, lambda folder: _fill(source, folder, resolve), ".complete")
 
 
 def _fill(source: Path, target: Path, resolve: Resolve) -> None:
@@ -114,12 +97,13 @@ def _fill(source: Path, target: Path, resolve: Resolve) -> None:
     what = kind(target)
     if what == "adapter":
         _write_lora(target, resolve)
-        return
-    module = target / _transformer_path(target) if what == "embedder" else target
-    if not _has_tokenizer(module):
-        shutil.copytree(TOKENIZER, module, dirs_exist_ok=True)
-    if what == "embedder":
-        _write_encoder(module)
+    else:
+        module = target / _transformer_path(target) if what == "embedder" else target
+        if not _has_tokenizer(module):
+            shutil.copytree(TOKENIZER, module, dirs_exist_ok=True)
+        if what == "embedder":
+            _write_encoder(module)
+    (target / ".complete").touch()
 
 
 def _weights_and_models(folder: str, names: list[str]) -> list[str]:

@@ -4,15 +4,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
-from filelock import FileLock
-
-from orthrus_rag.files import cache_dir
+from orthrus_rag.files import build_folder_once, cache_dir
 
 DUMMY_PREFIX = "dummy:"  # dummy shapes: orthrus_rag/models/dummy.py
 
@@ -197,35 +193,25 @@ def _converted(model: ShippedModel) -> Path:
     else:
         part_paths(model)
     dtype = store_dtype(model)
-    target = converted_path(model, dtype)
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if not (target / "config.json").exists():
-            _convert_gguf(model, target, dtype)
-    return target
+    return build_folder_once(converted_path(model, dtype), lambda folder: _convert_gguf(model, folder, dtype),
+                             "config.json")
 
 
-def _convert_gguf(model: ShippedModel, target: Path, dtype: str) -> None:
-    """Write the converted folder beside `target` and move it into place whole (a reader never sees half of it)."""
+def _convert_gguf(model: ShippedModel, folder: Path, dtype: str) -> None:
+    """Write the converted model (its weights in `dtype`, its tokenizer) into `folder`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp-"))
-    try:
-        gguf = find_gguf(model) if model.source == "gguf" else assemble_gguf(model, tmp)
-        print(f"[orthrus-rag] converting {gguf.name} to {dtype} safetensors in {target} (once, about "
-              f"{20 if model.source == 'gguf' else 60} s)", flush=True)
-        kwargs = {"gguf_file": gguf.name}
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
-        hf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=getattr(torch, dtype), **kwargs)
-        hf_model.hf_quantizer = None  # transformers refuses to save a GGUF-loaded model otherwise
-        if hasattr(hf_model.config, "quantization_config"):
-            del hf_model.config.quantization_config
-        out = tmp / "model"
-        hf_model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        os.replace(out, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    gguf = find_gguf(model) if model.source == "gguf" else assemble_gguf(model, folder)
+    print(f"[orthrus-rag] converting {gguf.name} to {dtype} safetensors in {converted_path(model, dtype)} (once, "
+          f"about {20 if model.source == 'gguf' else 60} s)", flush=True)
+    kwargs = {"gguf_file": gguf.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
+    hf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=getattr(torch, dtype), **kwargs)
+    hf_model.hf_quantizer = None  # transformers refuses to save a GGUF-loaded model otherwise
+    if hasattr(hf_model.config, "quantization_config"):
+        del hf_model.config.quantization_config
+    hf_model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if model.source == "parts":
+        gguf.unlink()  # the joined parts: the folder keeps the converted model only
