@@ -76,9 +76,6 @@ class _Live:
     start: float = field(default_factory=time.perf_counter)
     calls: Iterator[int] = field(default_factory=itertools.count)
 
-    def since_start(self, instant: float) -> float:
-        return instant - self.start
-
 
 _LIVE: ContextVar[_Live | None] = ContextVar("orthrus_rag_live", default=None)
 
@@ -93,16 +90,20 @@ def listening(send: Listener) -> Iterator[None]:
         _LIVE.reset(token)
 
 
-@dataclass
-class _EngineTime:
-    """Where the engine requests of one call spent their time, summed over the requests."""
+class Watch:
+    """One retrieval or reasoning call; with no listener every method does nothing. Where its engine requests spent
+    their time (`queue_s`, `busy_s`, of which `prefill_s`) is summed over the requests."""
 
-    queue_s: float = 0.0
-    busy_s: float = 0.0
-    prefill_s: float = 0.0
+    def __init__(self, live: _Live | None, kind: TraceKind, input: str):
+        self.live, self.kind, self.input = live, kind, input
+        self.call = next(live.calls) if live else -1
+        self.start = time.perf_counter()
+        self.queue_s = self.busy_s = self.prefill_s = 0.0
 
-    def add(self, out: StepOutput) -> None:
-        timings = getattr(out.result, "timings", None)
+    def on_output(self, out: StepOutput) -> None:
+        if out.delta_text and self.kind == "reason":
+            self.live.send(TextDelta(self.call, out.delta_text))
+        timings = getattr(out.result, "timings", None) if out.finished else None
         if timings is None or timings.first_scheduled is None or timings.finished is None:
             return
         self.queue_s += timings.first_scheduled - timings.arrival
@@ -110,37 +111,20 @@ class _EngineTime:
         if isinstance(out.result, GenerateOutput) and timings.first_token is not None:
             self.prefill_s += timings.first_token - timings.first_scheduled
 
-
-class Watch:
-    """One retrieval or reasoning call; with no listener every method does nothing."""
-
-    def __init__(self, live: _Live | None, kind: TraceKind, input: str):
-        self.live, self.kind, self.input = live, kind, input
-        self.call = next(live.calls) if live else -1
-        self.start = time.perf_counter()
-        self.engine = _EngineTime()
-
-    def on_output(self, out: StepOutput) -> None:
-        if out.delta_text and self.kind == "reason":
-            self.live.send(TextDelta(self.call, out.delta_text))
-        if out.finished:
-            self.engine.add(out)
-
     def retrieved(self, passages: list[Passage], query_tokens: int) -> None:
         if self.live is None:
             return
-        start, end = self.live.since_start(self.start), self.live.since_start(time.perf_counter())
-        spent = self.engine.queue_s + self.engine.busy_s
-        self.live.send(Retrieved(self.call, self.input, list(passages), start, end, query_tokens,
-                                 self.engine.queue_s, self.engine.busy_s, max(0.0, end - start - spent)))
+        start, end = self.start - self.live.start, time.perf_counter() - self.live.start
+        search_s = max(0.0, end - start - (self.queue_s + self.busy_s))
+        self.live.send(Retrieved(self.call, self.input, list(passages), start, end, query_tokens, self.queue_s,
+                                 self.busy_s, search_s))
 
     def reasoned(self, out: Reasoning) -> None:
         if self.live is None:
             return
-        start, end = self.live.since_start(self.start), self.live.since_start(time.perf_counter())
-        decode_s = self.engine.busy_s - self.engine.prefill_s
+        start, end = self.start - self.live.start, time.perf_counter() - self.live.start
         self.live.send(Reasoned(self.call, out.text, start, end, out.prompt_tokens, out.completion_tokens,
-                                self.engine.queue_s, self.engine.prefill_s, decode_s))
+                                self.queue_s, self.prefill_s, self.busy_s - self.prefill_s))
 
 
 @contextlib.contextmanager
@@ -151,6 +135,6 @@ def watch(kind: TraceKind, input: str) -> Iterator[Watch]:
     if live is None:
         yield call
         return
-    live.send(CallStarted(call.call, kind, input, live.since_start(call.start)))
+    live.send(CallStarted(call.call, kind, input, call.start - live.start))
     with observing(call.on_output):
         yield call

@@ -112,7 +112,7 @@ class Pipeline(ABC):
             return result
 
         try:
-            return await _gather_or_cancel([one(i) for i in range(len(questions))])
+            return await gather_or_cancel([one(i) for i in range(len(questions))])
         finally:
             bar.close()
 
@@ -159,7 +159,9 @@ def _summarize(prompt: Prompt) -> str:
     return text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
 
 
-async def _gather_or_cancel(coros: list) -> list[Answer]:
+async def gather_or_cancel(coros: list) -> list:
+    """All results in order; when one fails (or the caller is cancelled) the others are cancelled, which aborts
+    their engine requests."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         return list(await asyncio.gather(*tasks))

@@ -54,15 +54,14 @@ class ScriptedReasoner(Reasoner):
         messages = as_messages(prompt)
         self.calls.append(Call("reason", messages, params))
         await self.in_flight.hold(self.delay)
-        text = self._next(messages[-1]["content"])
-        return Reasoning(text, prompt_tokens=len(messages[-1]["content"].split()), completion_tokens=len(text.split()))
-
-    def _next(self, last: str) -> str:
+        last = messages[-1]["content"]
         if callable(self.script):
-            return self.script(last)
-        if not self.script:
+            text = self.script(last)
+        elif self.script:
+            text = self.script.pop(0)
+        else:
             raise AssertionError(f"ScriptedReasoner ran out of outputs at call {len(self.calls)}")
-        return self.script.pop(0)
+        return Reasoning(text, prompt_tokens=len(last.split()), completion_tokens=len(text.split()))
 
 
 class ScriptedRetriever(Retriever):

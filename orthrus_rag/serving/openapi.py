@@ -1,18 +1,18 @@
 """The published OpenAPI schema: every error answer a route can give, documented; FastAPI's 422 (sent as 400) not."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 from fastapi import FastAPI
-from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic import TypeAdapter
 
 from orthrus_rag.serving.errors import ErrorBody
-from orthrus_rag.serving.rag_events import event_schema
+from orthrus_rag.serving.rag_events import EVENT_TYPES
 from orthrus_rag.serving.responses import ChatCompletionChunk, CompletionResponse
 
 REF = "#/components/schemas/{model}"
-STREAMED = {"/v1/completions": CompletionResponse, "/v1/chat/completions": ChatCompletionChunk}  # chunk models
+STREAMED = {"/v1/completions": (CompletionResponse, ErrorBody),  # what the `data` of each stream's events can be
+            "/v1/chat/completions": (ChatCompletionChunk, ErrorBody), "/v1/rag": EVENT_TYPES}
 
 
 def error(description: str) -> dict[str, Any]:
@@ -56,28 +56,19 @@ def install_openapi(app: FastAPI) -> None:
                 operation.get("responses", {}).pop("422", None)
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
-        for path, chunk in STREAMED.items():
+        for path, types in STREAMED.items():
             content = schema["paths"][path]["post"]["responses"]["200"]["content"]
-            content["text/event-stream"] = {"schema": _chunk_event(chunk, components)}
-        if "/v1/rag" in schema.get("paths", {}):
-            content = schema["paths"]["/v1/rag"]["post"]["responses"]["200"]["content"]
-            content["text/event-stream"] = {"schema": _event(*event_schema(REF), components)}
+            content["text/event-stream"] = {"schema": _event(types, components)}
         return schema
 
     app.openapi = openapi
 
 
-def _chunk_event(chunk: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
-    """The event of a streamed completion: the JSON of a chunk or of an error."""
-    _, definitions = models_json_schema([(chunk, "serialization"), (ErrorBody, "serialization")], ref_template=REF)
-    one = {"anyOf": [{"$ref": REF.format(model=model.__name__)} for model in (chunk, ErrorBody)]}
-    return _event(one, definitions.get("$defs", {}), components)
-
-
-def _event(one: dict[str, Any], definitions: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
-    """One server-sent event: its `data` is `[DONE]` or JSON matching `one`, whose `definitions` join the
+def _event(types: tuple[type, ...], components: dict[str, Any]) -> dict[str, Any]:
+    """One server-sent event: its `data` is `[DONE]` or the JSON of one of `types`, whose definitions join the
     components."""
-    for name, definition in definitions.items():
+    one = TypeAdapter(Union[types]).json_schema(ref_template=REF, mode="serialization")
+    for name, definition in one.pop("$defs", {}).items():
         components.setdefault(name, definition)
     json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json", "contentSchema": one}
     return {"type": "object", "required": ["data"],

@@ -14,9 +14,9 @@ then `data: [DONE]`. Times are seconds since the question started.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from orthrus_rag.rag.live import CallStarted, LiveEvent, Reasoned, Retrieved, TextDelta
 from orthrus_rag.serving.errors import ErrorDetail
@@ -74,10 +74,3 @@ class ErrorEvent(BaseModel):
 
 
 EVENT_TYPES = (StartEvent, CallStarted, TextDelta, Retrieved, Reasoned, AnswerEvent, ErrorEvent)
-
-
-def event_schema(ref_template: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The JSON schema of one event (any of EVENT_TYPES, told apart by `type`) and the definitions it refers to."""
-    schema = TypeAdapter(Union[EVENT_TYPES]).json_schema(ref_template=ref_template, mode="serialization")
-    return {key: value for key, value in schema.items() if key != "$defs"}, schema.get("$defs", {})
-

@@ -103,30 +103,10 @@ def board_name(app_name: str) -> str:
     return f"{app_name}-stats"
 
 
-class ReplicaCollector:
-    """`orthrus_replicas`, and per replica `orthrus_replica_running_requests` and `orthrus_replica_engine_steps`."""
-
-    def __init__(self, client: ReplicaClient):
-        self.client = client
-
-    def collect(self) -> Iterator[Metric]:
-        rows = self.client.replica_stats
-        yield GaugeMetricFamily("orthrus_replicas", "Engine replicas reporting their counters", len(rows))
-        running = GaugeMetricFamily("orthrus_replica_running_requests", "Requests running on each replica",
-                                    labels=["replica"])
-        steps = GaugeMetricFamily("orthrus_replica_engine_steps", "Engine steps run by each replica",
-                                  labels=["replica"])
-        for replica, stats in sorted(rows.items()):
-            running.add_metric([replica], stats.get("running", 0))
-            steps.add_metric([replica], stats.get("steps", 0))
-        yield running
-        yield steps
-
-
 # ---- the ingress's engine -------------------------------------------------------------------------------------------
 class ReplicaClient:
     """The engine as the routes see it (EngineLike, plus `stream_outputs`, `embedding_dim`, `config`), each call
-    forwarded to one engine replica through Ray Serve."""
+    forwarded to one engine replica through Ray Serve; also the Prometheus collector of the per-replica families."""
 
     def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any):
         self.handle, self.config, self.board = handle, spec.plan.engine, board
@@ -167,12 +147,22 @@ class ReplicaClient:
         """The replicas' counters, summed, as of the last poll (every STATS_PERIOD_S)."""
         return summed_stats(list(self.replica_stats.values()))
 
-    def shutdown(self) -> None:
-        """Nothing to do: Ray Serve stops the replicas."""
-
     def replica_steps(self, since: int = 0, limit: int | None = None) -> dict[str, list[StepRecord]]:
         """Each replica's last engine steps with an id above `since` (the newest `limit`), as of the last poll."""
         return {name: newer_than(steps, since, limit) for name, steps in self._steps.items()}
+
+    def collect(self) -> Iterator[Metric]:
+        """`orthrus_replicas`, and per replica `orthrus_replica_running_requests` and `orthrus_replica_engine_steps`."""
+        yield GaugeMetricFamily("orthrus_replicas", "Engine replicas reporting their counters", len(self.replica_stats))
+        running = GaugeMetricFamily("orthrus_replica_running_requests", "Requests running on each replica",
+                                    labels=["replica"])
+        steps = GaugeMetricFamily("orthrus_replica_engine_steps", "Engine steps run by each replica",
+                                  labels=["replica"])
+        for replica, stats in sorted(self.replica_stats.items()):
+            running.add_metric([replica], stats.get("running", 0))
+            steps.add_metric([replica], stats.get("steps", 0))
+        yield running
+        yield steps
 
     async def poll_stats(self) -> None:
         while True:
@@ -207,7 +197,7 @@ class ServeEngineReplica(EngineReplica):
         while True:
             with contextlib.suppress(Exception):
                 steps = self.engine.steps(pushed, STEPS_KEPT)
-                await self._board.put.remote(self._name, self.stats(), steps)
+                await self._board.put.remote(self._name, self.engine.stats(), steps)
                 pushed = steps[-1].id if steps else pushed
             await asyncio.sleep(STATS_PERIOD_S)
 
@@ -215,7 +205,7 @@ class ServeEngineReplica(EngineReplica):
         if hasattr(self, "_pusher"):
             self._pusher.cancel()
         if hasattr(self, "engine"):
-            self.shutdown()
+            self.engine.shutdown()
 
 
 class OpenAIIngress:
@@ -235,7 +225,7 @@ class OpenAIIngress:
         client.replica_stats = live
         self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
         app = create_app(client, self.settings, client.rag if self.spec.rag else None, owns_engine=False)
-        app.state.server.metrics.registry.register(ReplicaCollector(client))
+        app.state.server.metrics.registry.register(client)
         return app
 
 

@@ -73,14 +73,8 @@ class EngineReplica:
             raise RagInputError("RAG is not enabled on this server (start it with server.rag.enabled=true)")
         return await self._rag(question, pipeline)
 
-    def stats(self) -> dict:
-        return self.engine.stats()
-
     def check_health(self) -> None:
         """Ray Serve's periodic probe: raising marks the replica unhealthy, and Ray Serve replaces it."""
         reason = self.engine.health()
         if reason is not None:
             raise RuntimeError(f"the engine replica cannot serve: {reason}")
-
-    def shutdown(self) -> None:
-        self.engine.shutdown()

@@ -11,6 +11,7 @@ from orthrus_rag.serving.generation import Call, check_model, new_call, open_str
 from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import CompletionRequest
 from orthrus_rag.serving.responses import CompletionChoice, CompletionResponse
+from orthrus_rag.serving.routes.embeddings import split_inputs
 from orthrus_rag.serving.sse import sse_response
 from orthrus_rag.serving.limits import shorten_deadline
 from orthrus_rag.serving.state import ServerState, get_state
@@ -22,7 +23,7 @@ router = APIRouter()
 async def completions(req: CompletionRequest, request: Request, state: ServerState = Depends(get_state)):
     shorten_deadline(request, req.timeout)
     call = new_call("cmpl", check_model(state, req.model))
-    prompt = _single_prompt(req.prompt)
+    prompt = split_inputs(req.prompt)[0]  # one prompt: the schema allows no more
     params = sampling_params(req, req.max_tokens, state.settings.default_max_tokens)
     if req.stream:
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
@@ -40,10 +41,3 @@ async def _chunks(call: Call, outputs: AsyncIterator[StepOutput], include_usage:
         yield CompletionResponse(**asdict(call), choices=[choice])
         if out.finished and include_usage:
             yield CompletionResponse(**asdict(call), choices=[], usage=usage_of(out.result))
-
-
-def _single_prompt(prompt: str | list) -> str | list[int]:
-    """One prompt: a string or token ids, possibly wrapped in a one-element list (the schema allows no more)."""
-    if isinstance(prompt, str) or isinstance(prompt[0], int):
-        return prompt
-    return prompt[0]

@@ -1,13 +1,13 @@
 """`POST /v1/embeddings`: one vector per input, as floats or base64 of little-endian float32."""
 from __future__ import annotations
 
-import asyncio
 import base64
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
-from orthrus_rag.engine import EmbedOutput, PoolingParams
+from orthrus_rag.engine import PoolingParams
+from orthrus_rag.rag.pipeline import gather_or_cancel
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.requests import EmbeddingRequest
 from orthrus_rag.serving.responses import EmbeddingData, EmbeddingResponse, Usage
@@ -59,14 +59,3 @@ def encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(vector.tobytes()).decode("ascii")
     return vector.tolist()
-
-
-async def gather_or_cancel(coros: list) -> list[EmbedOutput]:
-    """All results in order; when one fails the others are cancelled (aborting their engine requests)."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
