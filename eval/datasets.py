@@ -128,9 +128,12 @@ def context_passages(records: Iterable[dict[str, Any]], prefix: str = "ctx") -> 
 
 
 def record_paragraphs(record: dict[str, Any]) -> list[tuple[str, str]]:
-    """A record's context as (title, text) pairs, the sentences joined by single spaces."""
-    return [(title, " ".join(s.strip() for s in sentences if s.strip()))
-            for title, sentences in _paragraphs(record.get("context") or [])]
+    """A record's context as (title, text) pairs, the sentences joined by single spaces. The context is
+    [[title, [sentences]], ...] (official) or {"title": [...], "sentences": [...]} (datasets)."""
+    context = record.get("context") or []
+    if isinstance(context, dict):
+        context = zip(context.get("title", []), context.get("sentences", []))
+    return [(title, " ".join(s.strip() for s in sentences if s.strip())) for title, sentences in context]
 
 
 def load_hf_questions(dataset_id: str, split: str = "test", limit: int | None = None) -> list[Question]:
@@ -169,13 +172,6 @@ def _fact_titles(facts: Any) -> list[str]:
     """Distinct titles of supporting facts, as [[title, sent_id], ...] or {"title": [...], ...}."""
     titles = facts.get("title", []) if isinstance(facts, dict) else [fact[0] for fact in facts or []]
     return list(dict.fromkeys(titles))
-
-
-def _paragraphs(context: Any) -> list[tuple[str, list[str]]]:
-    """Context as [[title, [sentences]], ...] (official) or {"title": [...], "sentences": [...]} (datasets)."""
-    if isinstance(context, dict):
-        return list(zip(context.get("title", []), context.get("sentences", [])))
-    return [(title, sentences) for title, sentences in context]
 
 
 @dataclass

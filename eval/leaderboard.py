@@ -25,8 +25,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orthrus_rag.launch import CONF_DIR
+from eval.markdown import markdown_table
 from orthrus_rag.files import write_atomic
+from orthrus_rag.launch import CONF_DIR
 
 
 @dataclass(frozen=True)
@@ -270,12 +271,12 @@ def type_table(rows: list[Row]) -> list[str]:
     counts = {kind: next(row.results["by_type"][kind]["n"] for row in rows if kind in row.results.get("by_type", {}))
               for kind in kinds}
     header = ["#", "pipeline", *(f"{kind} (n={counts[kind]})" for kind in kinds)]
-    lines = ["## Acc by question type", "", "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    cells = []
     for rank, row in enumerate(rows, 1):
         by_type = row.results.get("by_type", {})
-        cells = [f"{by_type[kind]['acc']:.3f}" if kind in by_type else "-" for kind in kinds]
-        lines.append("| " + " | ".join([str(rank), row.results["pipeline"], *cells]) + " |")
-    return ["", *lines]
+        cells.append([str(rank), row.results["pipeline"],
+                      *(f"{by_type[kind]['acc']:.3f}" if kind in by_type else "-" for kind in kinds)])
+    return ["", "## Acc by question type", "", markdown_table(header, cells)]
 
 
 def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
@@ -289,9 +290,7 @@ def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
              "every gold passage. Brackets: 95% bootstrap confidence intervals over questions. p99 is question "
              "latency in seconds and q/s questions per second over the run.", "",
              *header_facts(rows), "",
-             "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
-    lines += ["| " + " | ".join(table_row(i + 1, row)) + " |" for i, row in enumerate(rows)]
-    lines += type_table(rows)
+             markdown_table(HEADER, [table_row(rank, row) for rank, row in enumerate(rows, 1)]), *type_table(rows)]
     command = "python -m eval.leaderboard" + ("" if board.name == "smollm2" else f" --board {board.name}")
     lines += ["", f"Each row's settings live in `conf/experiment/{board.rows}/` (shared ones in `_pinned.yaml`) and "
               f"its results in `{board.results}/<row>.json`. `{command}` reruns every row one after another and "

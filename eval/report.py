@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from eval.bench.rag_metrics import TOKEN_KINDS, headline, ratios  # noqa: E402
+from eval.markdown import markdown_table  # noqa: E402
 
 MODE_ORDER = ("hetero", "isolated", "alternating", "hf")
 COLORS = {"hetero": "tab:blue", "isolated": "tab:orange", "alternating": "tab:green", "hf": "tab:red",
@@ -35,15 +36,15 @@ def _pct(x) -> str:
 
 def mode_row(r: dict) -> list[str]:
     gen, emb = r["calls"]["generate"], r["calls"]["embed"]
-    share = r.get("time_share", {})
-    busy = (f"{_pct(share.get('generator'))}/{_pct(share.get('embedder'))}/{_pct(share.get('idle'))}"
-            if "generator" in share else _share_text(share))
     return [r["mode"], str(r["n"]), _f(r["qps"], 3), _f(r["p50_s"]), _f(r["p90_s"]), _f(r["p99_s"]),
             _f(r["mean_s"]), _pct(r["goodput"]["fraction"]), _f(emb["p50_s"], 3), _f(gen["ttft_p50_s"], 3),
-            _f(gen["tpot_mean_s"], 3), busy, _f(r["acc"], 3), _f(r["em"], 3), _f(r["f1"], 3)]
+            _f(gen["tpot_mean_s"], 3), _share_text(r.get("time_share", {})), _f(r["acc"], 3), _f(r["em"], 3),
+            _f(r["f1"], 3)]
 
 
 def _share_text(share: dict) -> str:
+    if "generator" in share:  # an engine mode
+        return f"{_pct(share.get('generator'))}/{_pct(share.get('embedder'))}/{_pct(share.get('idle'))}"
     if "generate" in share and isinstance(share["generate"], dict):  # isolated: busy share per process
         return "gen {} / emb {}".format(_pct(1 - share["generate"]["idle"]), _pct(1 - share["embed"]["idle"]))
     if "generate" in share:
@@ -53,11 +54,6 @@ def _share_text(share: dict) -> str:
 
 HEADER = ["mode", "n", "q/s", "p50 s", "p90 s", "p99 s", "mean s", "goodput", "embed p50 s", "TTFT p50 s",
           "TPOT s", "busy gen/emb/idle", "Acc", "EM", "F1"]
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def format_rag_table(bench: dict) -> str:

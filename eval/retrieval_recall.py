@@ -24,6 +24,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from eval.datasets import DatasetSpec, read_questions
+from eval.markdown import markdown_table
 from eval.metrics import all_gold, mean_of, passage_recall
 from eval.run_info import environment
 from orthrus_rag.launch import launch
@@ -125,19 +126,17 @@ def write_results(path: Path, facts: dict[str, Any], rows: list[Row]) -> dict[st
     results.update(facts, environment=environment())
     results.setdefault("rows", {}).update({row.label: asdict(row) for row in rows})
     path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print(markdown_table(results))
+    print(recall_table(results))
     print(f"\nwritten to {path}")
     return results
 
 
-def markdown_table(results: dict[str, Any]) -> str:
+def recall_table(results: dict[str, Any]) -> str:
     ks = results["ks"]
     head = ["retrieval", *(f"recall@{k}" for k in ks), f"all-gold@{max(ks)}"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in results["rows"].values():
-        cells = [row["label"], *(f"{row['recall'][f'@{k}']:.3f}" for k in ks), f"{row['all_gold']:.3f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[row["label"], *(f"{row['recall'][f'@{k}']:.3f}" for k in ks), f"{row['all_gold']:.3f}"]
+            for row in results["rows"].values()]
+    return markdown_table(head, rows)
 
 
 def main() -> None:

@@ -78,9 +78,12 @@ def _git(root: Path, *args: str) -> str | None:
 # ---- data -------------------------------------------------------------------------------------------------------
 def data_facts(config: dict[str, Any], answered: int) -> dict[str, Any]:
     """Which questions (split, how many answered, the split's and the file's size) and which corpus (file, passage
-    count, fingerprint) the run read. Paths are resolved as the run resolved them; sizes are None when unreadable."""
+    count, fingerprint) the run read. Paths are resolved as the run resolved them (relative ones from where the
+    command ran, the demo files for nulls); sizes are None when unreadable."""
     dataset = config.get("dataset") or {}
-    questions_path, corpus_path = _dataset_paths(dataset)
+    questions, corpus = dataset.get("path"), dataset.get("corpus")
+    questions_path = _absolute(demo_questions_path() if questions is None else questions)
+    corpus_path = _absolute(demo_corpus_path() if corpus is None else corpus)
     return {"questions": {"file": _name(questions_path), "split": dataset.get("split"), "answered": answered,
                           **question_counts(questions_path, dataset.get("split"))},
             "corpus": {"file": _name(corpus_path), **corpus_facts(corpus_path)}}
@@ -107,13 +110,6 @@ def corpus_facts(path: str | Path | None) -> dict[str, Any]:
         return {"passages": len(passages), "fingerprint": corpus_fingerprint(passages)}
     except Exception:  # facts for the report only: an unreadable corpus leaves them unknown
         return {"passages": None, "fingerprint": None}
-
-
-def _dataset_paths(dataset: dict[str, Any]) -> tuple[str | Path | None, Path | None]:
-    """The questions and corpus paths, relative ones from where the command ran; the demo files for nulls."""
-    questions, corpus = dataset.get("path"), dataset.get("corpus")
-    return (_absolute(demo_questions_path() if questions is None else questions),
-            _absolute(demo_corpus_path() if corpus is None else corpus))
 
 
 def _absolute(path: str | Path) -> str | Path:

@@ -275,9 +275,6 @@ class HFBackend:
             settle = call.future.set_exception if isinstance(result, Exception) else call.future.set_result
             call.loop.call_soon_threadsafe(settle, result)
 
-    def _timings(self, call: _Call, start: float, first_token: float | None = None) -> RequestTimings:
-        return RequestTimings(call.arrival, start, first_token, time.perf_counter())
-
     @torch.inference_mode()
     def _generate(self, batch: list[_Call], start: float) -> list[GenerateOutput]:
         params: SamplingParams = batch[0].params
@@ -291,7 +288,7 @@ class HFBackend:
         prompt_lens = inputs["attention_mask"].sum(1).tolist()
         rows = [self._finish_row(ids, params) for ids in new]
         return [GenerateOutput(f"hf-{next(self.ids)}", text, ids, reason, Usage(int(p), len(ids)),
-                               self._timings(call, start, streamer.at))
+                               RequestTimings(call.arrival, start, streamer.at, time.perf_counter()))
                 for call, p, (text, ids, reason) in zip(batch, prompt_lens, rows)]
 
     def _finish_row(self, ids: list[int], params: SamplingParams) -> tuple[str, list[int], str]:
@@ -326,7 +323,8 @@ class HFBackend:
             pooled = ((hidden * mask).sum(1) / mask.sum(1)).float()
             vectors = (torch.nn.functional.normalize(pooled, dim=-1) if normalize else pooled).cpu().numpy()
             counts = inputs["attention_mask"].sum(1).tolist()
-        return [EmbedOutput(f"hf-{next(self.ids)}", np.asarray(v, dtype=np.float32), int(k), self._timings(c, start))
+        return [EmbedOutput(f"hf-{next(self.ids)}", np.asarray(v, dtype=np.float32), int(k),
+                            RequestTimings(c.arrival, start, finished=time.perf_counter()))
                 for c, v, k in zip(batch, vectors, counts)]
 
     def close(self) -> None:
@@ -358,5 +356,4 @@ def _groups(batch: list[_Call], kind: str) -> list[list[_Call]]:
 
 def _eos_ids(model, tokenizer) -> set[int]:
     eos = model.generation_config.eos_token_id
-    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+    return {*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id} - {None}

