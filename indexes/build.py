@@ -26,17 +26,13 @@ async def embed_passages(passages: Sequence[Passage], embed_many: EmbedMany, bat
     with tqdm(total=len(texts), desc="embedding passages", unit="passage") as bar:
         for start in range(0, len(texts), batch_size):
             batch = texts[start:start + batch_size]
-            batches.append(_check_batch(await embed_many(batch), len(batch)))
+            vectors = np.asarray(await embed_many(batch), dtype=np.float32)
+            if vectors.ndim != 2 or len(vectors) != len(batch):
+                raise ValueError(f"embed_many returned shape {vectors.shape} for {len(batch)} texts; "
+                                 f"it must return an ({len(batch)}, dim) matrix")
+            batches.append(vectors)
             bar.update(len(batch))
     return np.concatenate(batches, axis=0)
-
-
-def _check_batch(vectors: np.ndarray, expected: int) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2 or len(vectors) != expected:
-        raise ValueError(f"embed_many returned shape {vectors.shape} for {expected} texts; "
-                         f"it must return an ({expected}, dim) matrix")
-    return vectors
 
 
 async def build_index(passages: Sequence[Passage], embed_many: EmbedMany, embedder_name: str,

@@ -134,51 +134,37 @@ def _as_matrix(vectors: np.ndarray) -> np.ndarray:
 
 
 def _faiss_index(vectors: np.ndarray, factory: str, metric: str, nprobe: int):
-    index = _new_index(vectors.shape[1], factory, metric)
-    _train(index, vectors, factory)
+    """A faiss index of `factory` over `vectors`, trained first when the factory needs it."""
+    faiss = faiss_module()
+    metrics = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+    try:
+        index = faiss.index_factory(vectors.shape[1], factory, metrics[metric])
+    except RuntimeError as e:
+        raise ValueError(f"faiss cannot build index {factory!r} for dimension {vectors.shape[1]}: {e}. "
+                         "Use a faiss index_factory string such as 'Flat', 'HNSW32' or 'IVF64,PQ8'") from e
+    _skip_polysemous_training(index)
+    if not index.is_trained:
+        try:
+            index.train(vectors)
+        except RuntimeError as e:
+            raise ValueError(f"training index {factory!r} on {len(vectors)} vectors failed: {e}. "
+                             "Give more passages or a smaller factory (fewer IVF lists, fewer PQ bits)") from e
     index.add(vectors)
-    ivf = faiss_module().try_extract_index_ivf(index)
+    ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:  # an IVF index searches `nprobe` of its lists
         ivf.nprobe = min(nprobe, ivf.nlist)
     return index
 
 
-def _new_index(dimension: int, factory: str, metric: str):
-    faiss = faiss_module()
-    metrics = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
-    try:
-        index = faiss.index_factory(dimension, factory, metrics[metric])
-    except RuntimeError as e:
-        raise ValueError(f"faiss cannot build index {factory!r} for dimension {dimension}: {e}. "
-                         "Use a faiss index_factory string such as 'Flat', 'HNSW32' or 'IVF64,PQ8'") from e
-    _skip_polysemous_training(index)
-    return index
-
-
-def _nested(index):
-    """The index and the indexes it wraps (pre-transforms, refinement)."""
+def _skip_polysemous_training(index) -> None:
+    """PQ codes are trained for polysemous search by default, which costs seconds and serves only
+    Hamming-filtered search (off unless `polysemous_ht` is set); plain PQ search does not need it. This holds for
+    the index and every index it wraps (pre-transforms, refinement)."""
     faiss = faiss_module()
     index = faiss.downcast_index(index)
-    yield index
+    if hasattr(index, "do_polysemous_training"):
+        index.do_polysemous_training = False
     for attribute in ("index", "base_index"):
         inner = getattr(index, attribute, None)
         if isinstance(inner, faiss.Index):
-            yield from _nested(inner)
-
-
-def _skip_polysemous_training(index) -> None:
-    """PQ codes are trained for polysemous search by default, which costs seconds and serves only
-    Hamming-filtered search (off unless `polysemous_ht` is set); plain PQ search does not need it."""
-    for part in _nested(index):
-        if hasattr(part, "do_polysemous_training"):
-            part.do_polysemous_training = False
-
-
-def _train(index, vectors: np.ndarray, factory: str) -> None:
-    if index.is_trained:
-        return
-    try:
-        index.train(vectors)
-    except RuntimeError as e:
-        raise ValueError(f"training index {factory!r} on {len(vectors)} vectors failed: {e}. "
-                         "Give more passages or a smaller factory (fewer IVF lists, fewer PQ bits)") from e
+            _skip_polysemous_training(inner)

@@ -30,10 +30,8 @@ class TorchFlatSearch:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         queries = torch.as_tensor(np.ascontiguousarray(queries, dtype=np.float32)).to(self.device)
         rows = max(1, SCORE_BYTES // (4 * max(1, self.ntotal)))
-        parts = [self._search_block(queries[i:i + rows], k) for i in range(0, len(queries), rows)]
-        scores = torch.cat([s for s, _ in parts]) if parts else queries.new_zeros((0, k))
-        ids = torch.cat([i for _, i in parts]) if parts else torch.zeros((0, k), dtype=torch.long)
-        return scores.cpu().numpy(), ids.cpu().numpy().astype(np.int64)
+        scores, ids = zip(*(self._search_block(block, k) for block in queries.split(rows)))
+        return torch.cat(scores).cpu().numpy(), torch.cat(ids).cpu().numpy().astype(np.int64)
 
     def _search_block(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         products = queries @ self.vectors.T

@@ -98,8 +98,8 @@ class StackPlan:
         groups = _pipeline_groups(cfg, pipelines)
         retrieves = any(PIPELINES[group["name"]].retrieves for group in groups.values())
         engine = _engine_config(cfg)
-        embedding = _embedding(cfg, engine.dtype)
-        index = _index_source(cfg, corpus, engine.dtype) if (retrieves if with_index is None else with_index) else None
+        embedding = _embedding(cfg, engine)
+        index = _index_source(cfg, corpus, engine) if (retrieves if with_index is None else with_index) else None
         return cls(engine, embedding, index, groups)
 
     def sharing_cores(self, threads: int) -> StackPlan:
@@ -176,11 +176,11 @@ def _engine_config(cfg: DictConfig) -> EngineConfig:
     except ValueError as error:
         raise UserError(str(error)) from error
     try:
-        runtime["dtype"] = str(resolve_dtype(runtime.get("dtype", "auto"), runtime.get("device", "auto")))
+        dtype = resolve_dtype(runtime.get("dtype", "auto"), runtime.get("device", "auto"))
     except ValueError as error:
         raise UserError(f"runtime.dtype: {error}") from error
+    runtime["dtype"] = str(dtype).removeprefix("torch.")
     config = EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
-    config.dtype = config.dtype.removeprefix("torch.")
     try:
         config.validate()
         make_policy(config)
@@ -209,20 +209,20 @@ def _adapter_folder(cfg: DictConfig) -> str | None:
     return str(folder)
 
 
-def _embedding(cfg: DictConfig, dtype: str) -> EmbeddingRecipe:
+def _embedding(cfg: DictConfig, engine: EngineConfig) -> EmbeddingRecipe:
     """How retrieval queries and passages are embedded (the `embedder` group): pooling, prefixes, the passage
-    cut, the adapter, and the dtype the engine computes in (it changes the vectors, so an index records it)."""
+    cut, the engine's adapter, and the dtype it computes in (it changes the vectors, so an index records it)."""
     from orthrus_rag.engine import PoolingParams
 
     model = cfg.embedder.model if cfg.embedder.name else "backbone"
-    adapter = _adapter_folder(cfg) if model == "backbone" else None
+    adapter = engine.embedding_adapter if model == "backbone" else None
     cut = cfg.embedder.get("passage_max_tokens")
     if cut is not None and (not isinstance(cut, int) or isinstance(cut, bool) or cut < 1):
         raise UserError(f"embedder.passage_max_tokens must be null (whole passages) or an integer >= 1, got {cut!r}")
     return EmbeddingRecipe(PoolingParams(cfg.embedder.pooling, cfg.embedder.normalize, model),
                            query_prefix=cfg.embedder.get("query_prefix") or "",
                            passage_prefix=cfg.embedder.get("passage_prefix") or "", passage_max_tokens=cut,
-                           adapter=_adapter_identity(adapter) if adapter else None, dtype=dtype)
+                           adapter=_adapter_identity(adapter) if adapter else None, dtype=engine.dtype)
 
 
 def _adapter_identity(folder: str) -> str:
@@ -232,17 +232,10 @@ def _adapter_identity(folder: str) -> str:
     return f"{Path(folder).name}@{digest}"
 
 
-def _embedder_name(cfg: DictConfig) -> str:
-    """The name an index records for the model that embedded it (the backbone's with its adapter's name)."""
-    if cfg.embedder.name:
-        return cfg.embedder.name
-    adapter = _adapter_folder(cfg)
-    return f"{cfg.model.name}:backbone" + (f"+{Path(adapter).name}" if adapter else "")
-
-
 # ---- index ----------------------------------------------------------------------------------------------------
-def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> IndexSource:
-    """The corpus read, and the index folders: `index.folder` (relative to where the command runs) or the cache's
+def _index_source(cfg: DictConfig, corpus: Path | str | None, engine: EngineConfig) -> IndexSource:
+    """The corpus read, the name the index records for the model that embeds it (the backbone's with its adapter's
+    name), and the index folders: `index.folder` (relative to where the command runs) or the cache's
     (`default_index_folder`, for the dtype passages are embedded in)."""
     from hydra.utils import to_absolute_path
 
@@ -260,9 +253,10 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, dtype: str) -> Ind
         passages = load_corpus(corpus)
     except (FileNotFoundError, CorpusFormatError) as error:  # a missing or malformed corpus file
         raise UserError(error) from error
-    name = _embedder_name(cfg)
+    adapter = f"+{Path(engine.embedding_adapter).name}" if engine.embedding_adapter else ""
+    name = cfg.embedder.name or f"{cfg.model.name}:backbone{adapter}"
     folder = (Path(to_absolute_path(spec.folder)) if spec.folder
-              else default_index_folder(corpus, passages, name, dtype))
+              else default_index_folder(corpus, passages, name, engine.dtype))
     bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
     return IndexSource(folder, passages, name, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
 

@@ -14,7 +14,6 @@ cache serves all but the new tail.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
@@ -24,7 +23,6 @@ from pipelines.prompts import load_demos, load_prompt
 
 FOLLOW_UP = "Follow up:"
 INTERMEDIATE = "Intermediate answer:"
-_FINAL = re.compile(r"final answer", re.IGNORECASE)
 
 
 @dataclass(kw_only=True)
@@ -56,7 +54,7 @@ class SelfAsk(Pipeline):
         lines: list[str] = []
         for _ in range(self.max_follow_ups):
             line = await self._next_line(question, lines)
-            if _FINAL.search(line):
+            if "final answer" in line.lower():
                 stated = find_answer(line)
                 if stated is not None:
                     return Answer(question, stated, passages)

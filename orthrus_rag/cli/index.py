@@ -16,8 +16,8 @@ from pathlib import Path
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from indexes.bm25_index import BM25_MANIFEST_FILE
-from indexes.manifest import MANIFEST_FILE
+from indexes.bm25_index import BM25_MANIFEST_FILE, BM25Manifest
+from indexes.manifest import MANIFEST_FILE, IndexManifest
 from orthrus_rag.launch import launch
 from orthrus_rag.stack import StackPlan
 
@@ -26,28 +26,23 @@ APP = "orthrus-rag-index"
 
 @dataclass
 class IndexReport:
+    kind: str  # dense | bm25
     folder: Path
-    num_passages: int
-    dimension: int
-    factory: str
-    size_bytes: int
+    manifest: IndexManifest | BM25Manifest
     built: bool  # False: a matching cached index was loaded
-    kind: str = "dense"  # dense | bm25
 
     def lines(self) -> str:
         what = "built" if self.built else "found cached"
-        shape = f"dimension {self.dimension}, factory {self.factory}" if self.kind == "dense" else "BM25"
-        name = "index" if self.kind == "dense" else "BM25 index"
+        m = self.manifest
+        name, shape = (("index", f"dimension {m.dimension}, factory {m.factory}") if self.kind == "dense"
+                       else ("BM25 index", "BM25"))
+        size = sum(f.stat().st_size for f in self.folder.iterdir() if f.is_file())
         return (f"{name} {what}: {self.folder}\n"
-                f"  {self.num_passages} passages, {shape}, {self.size_bytes / 2**20:.1f} MiB on disk")
+                f"  {m.num_passages} passages, {shape}, {size / 2**20:.1f} MiB on disk")
 
 
 def _mtime(path: Path) -> int | None:
     return path.stat().st_mtime_ns if path.is_file() else None
-
-
-def folder_size(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
 
 
 def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
@@ -55,10 +50,12 @@ def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
     plan = StackPlan.from_config(cfg, to_absolute_path(cfg.corpus) if cfg.corpus else None, pipelines={},
                                  with_index=True)
     source = plan.index
-    manifests = {"dense": source.folder / MANIFEST_FILE, "bm25": source.bm25_folder / BM25_MANIFEST_FILE}
-    kinds = [kind for kind, used in (("dense", source.retrieval.uses_dense), ("bm25", source.retrieval.uses_bm25))
-             if used]
-    before = {kind: _mtime(manifests[kind]) for kind in kinds}
+    manifests = {}  # kind (a SearchIndexes field) -> the manifest file whose change means a build
+    if source.retrieval.uses_dense:
+        manifests["dense"] = source.folder / MANIFEST_FILE
+    if source.retrieval.uses_bm25:
+        manifests["bm25"] = source.bm25_folder / BM25_MANIFEST_FILE
+    before = {kind: _mtime(path) for kind, path in manifests.items()}
     engine = plan.start_engine() if source.retrieval.uses_dense else None
     try:
         start = time.perf_counter()
@@ -67,12 +64,8 @@ def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
     finally:
         if engine is not None:
             engine.shutdown()
-    reports = []
-    for kind in kinds:
-        m, folder = (indexes.dense if kind == "dense" else indexes.bm25).manifest, manifests[kind].parent
-        shape = (m.dimension, m.factory) if kind == "dense" else (0, "")
-        reports.append(IndexReport(folder, m.num_passages, *shape, folder_size(folder),
-                                   _mtime(manifests[kind]) != before[kind], kind))
+    reports = [IndexReport(kind, path.parent, getattr(indexes, kind).manifest, _mtime(path) != before[kind])
+               for kind, path in manifests.items()]
     return reports, seconds
 
 

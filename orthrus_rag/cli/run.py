@@ -73,18 +73,16 @@ def _short(text: str) -> str:
     return text if len(text) <= TRACE_CHARS else text[:TRACE_CHARS] + "..."
 
 
-def prediction_row(question: Any, answer: Any, scores: Any) -> dict[str, Any]:
+def scored_row(question: Any, answer: Any) -> dict[str, Any]:
+    """The predictions.jsonl row of one answered question, scored."""
+    from eval.metrics import score_answers
+
+    scores = score_answers([question], [answer])[0]
     return {"id": question.id, "question": question.question, "answer": question.answer,
             "aliases": question.aliases, "prediction": answer.prediction,
             "passages": [p.title or p.id for p in answer.passages], "gold_titles": question.gold_titles,
             "scores": asdict(scores), "latency_s": answer.latency_s, "queue_s": answer.queue_s,
             "calls": answer.num_calls, "trace": trace_summary(answer), "error": answer.error}
-
-
-def scored_row(question: Any, answer: Any) -> dict[str, Any]:
-    from eval.metrics import score_answers
-
-    return prediction_row(question, answer, score_answers([question], [answer])[0])
 
 
 def build_results(cfg: DictConfig, questions: list, rows: list[dict], run: RunOutput | None,
@@ -139,10 +137,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         log.append(row)
 
     output = execute(cfg, plan, todo, on_answer) if todo else None
-    rows = kept + [new_rows[q.id] for q in todo]
     order = {q.id: i for i, q in enumerate(questions)}
-    results = build_results(cfg, questions, sorted(rows, key=lambda r: order[r["id"]]), output, len(kept))
-    log.finish(sorted(rows, key=lambda r: order[r["id"]]))
+    rows = sorted(kept + [new_rows[q.id] for q in todo], key=lambda r: order[r["id"]])
+    results = build_results(cfg, questions, rows, output, len(kept))
+    log.finish(rows)
     path = write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
     print(format_table(results))
     print(f"results: {path}\npredictions: {log.path}")

@@ -39,7 +39,7 @@ def run(cfg: DictConfig) -> TrainResult:
     except (ValueError, ModelNotFoundError) as error:  # bad settings or pairs; model.name or distill_from not found
         raise UserError(error) from error
     print(f"adapter written to {result.output} after {result.steps} steps in {result.seconds:.0f} s; "
-          f"final loss {sum(result.losses[-10:]) / len(result.losses[-10:]):.4f}; held-out recall "
+          f"final loss {result.final_loss:.4f}; held-out recall "
           f"{result.recall_before} -> {result.recall_after}")
     return result
 

@@ -100,10 +100,17 @@ class TrainResult:
     recall_after: dict[str, float]
     num_pairs: int
 
+    @property
+    def final_loss(self) -> float:
+        """The mean of the last 10 batch losses (nan without any)."""
+        tail = self.losses[-10:]
+        return sum(tail) / len(tail) if tail else float("nan")
+
 
 # ---- model ----------------------------------------------------------------------------------------------------
 def lora_model(settings: TrainSettings):
-    """The backbone in float32 with fresh LoRA weights (seeded) on the target modules."""
+    """The backbone in float32 with fresh LoRA weights (seeded) on the target modules of the last `last_layers`
+    decoder layers (None: every layer; gradients then stop below them)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -113,16 +120,12 @@ def lora_model(settings: TrainSettings):
     tokenizer = AutoTokenizer.from_pretrained(path)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     torch.manual_seed(settings.seed)
-    layers = base.config.num_hidden_layers
+    layers, count = base.config.num_hidden_layers, settings.last_layers
+    last = None if count is None or count >= layers else list(range(layers - count, layers))
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=list(settings.target_modules), task_type="FEATURE_EXTRACTION",
-                        layers_to_transform=_last(layers, settings.last_layers))
+                        layers_to_transform=last)
     return get_peft_model(base, config), tokenizer
-
-
-def _last(layers: int, count: int | None) -> list[int] | None:
-    """The indices of the last `count` decoder layers (None: every layer). Gradients then stop below them."""
-    return None if count is None or count >= layers else list(range(layers - count, layers))
 
 
 # ---- loss -----------------------------------------------------------------------------------------------------
@@ -221,8 +224,11 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     train_pairs, held = split_pairs(pairs, min(settings.held_out, len(pairs) // 5), settings.seed)
     if len(train_pairs) < settings.batch_size:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
-    _resolve_models(settings, model_and_tokenizer is None)  # a model or teacher that is not there fails first
-    teacher = _teacher(settings)
+    if model_and_tokenizer is None:
+        from orthrus_rag.models import resolve_model_path
+
+        resolve_model_path(settings.model)  # a missing backbone fails before the teacher loads
+    teacher = _teacher(settings)  # a missing teacher fails before the backbone loads
     model, tokenizer = model_and_tokenizer or lora_model(settings)
     output = Path(settings.output)
     output.mkdir(parents=True, exist_ok=True)
@@ -234,16 +240,6 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     write_metadata(output, settings, source, pairs, result)
     plot_losses(losses, output / LOSS_PLOT, "InfoNCE + distillation loss" if teacher else "InfoNCE loss")
     return result
-
-
-def _resolve_models(settings: TrainSettings, backbone: bool) -> None:
-    """Resolve the backbone (when it is to be loaded) and the teacher by name before loading either."""
-    from orthrus_rag.models import resolve_model_path
-
-    if backbone:
-        resolve_model_path(settings.model)
-    if settings.distill_from:
-        resolve_model_path(settings.distill_from)
 
 
 def _teacher(settings: TrainSettings):
@@ -315,18 +311,13 @@ def write_metadata(output: Path, settings: TrainSettings, source: PairSource | l
     counts = dict(Counter(p.source for p in pairs))
     record = {"settings": asdict(settings), "data": {**data, "pairs_by_kind": counts,
                                                      "training_pairs": result.num_pairs},
-              "steps": result.steps, "seconds": round(result.seconds, 1), "final_loss": _tail_mean(result.losses),
+              "steps": result.steps, "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 5),
               "losses": [round(x, 5) for x in result.losses], "held_out_recall_before": result.recall_before,
               "held_out_recall_after": result.recall_after}
     (output / METADATA_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
-def _tail_mean(losses: list[float], n: int = 10) -> float:
-    tail = losses[-n:]
-    return round(sum(tail) / len(tail), 5) if tail else float("nan")
-
-
-def plot_losses(losses: list[float], path: Path, label: str = "InfoNCE loss") -> None:
+def plot_losses(losses: list[float], path: Path, label: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -335,7 +326,7 @@ def plot_losses(losses: list[float], path: Path, label: str = "InfoNCE loss") ->
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(range(1, len(losses) + 1), losses, lw=1, label="batch loss")
     window = max(1, len(losses) // 10)
-    if len(losses) >= window > 1:
+    if window > 1:
         smooth = [sum(losses[i - window:i]) / window for i in range(window, len(losses) + 1)]
         ax.plot(range(window, len(losses) + 1), smooth, lw=2, label=f"mean of {window}")
     ax.set_xlabel("step")

@@ -106,8 +106,7 @@ def load_demos(name: str = "demos.jsonl", limit: int | None = None) -> list[Demo
 def format_passages(passages: Sequence[Passage], max_words: int = 60, template: str = "") -> str:
     """Numbered passages, one a line ("[1] Title: text"), each cut to `max_words` words of text; or each shown
     with `template` ({number}, {title}, {text}), separated by a blank line when the template has several lines."""
-    if not template:
-        return "\n".join(f"[{i}] {p.title}: {truncate_words(p.text, max_words)}" for i, p in enumerate(passages, 1))
+    template = template or "[{number}] {title}: {text}"
     shown = [template.format_map({"number": i, "title": p.title, "text": truncate_words(p.text, max_words)})
              for i, p in enumerate(passages, 1)]
     return ("\n\n" if "\n" in template else "\n").join(shown)
