@@ -73,7 +73,7 @@ def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
     bench = _read_json(folder / "steps" / "bench.json")
     section = {"status": status_of(result), "seconds": result.seconds, "overrides": list(overrides)}
     if bench:
-        section.update({k: bench[k] for k in ("steps", "tokens", "bandwidth_gb_s", "weight_bytes") if k in bench})
+        section.update({k: bench[k] for k in ("steps", "tokens", "read_gb_s", "weight_bytes") if k in bench})
     if not result.ok:
         section["tail"] = result.tail()
     return section

@@ -34,6 +34,8 @@ def test_dry_run_writes_every_section_within_three_minutes(tmp_path):
     assert any(section["modes"].get("hetero", {}).get("rps") for section in check["mixed"].values())
     for section in [check["steps"], check["rag"], *check["mixed"].values()]:
         assert section["status"]
+    assert check["steps"]["status"] == "ok"  # and it carries the step benchmark's figures over
+    assert {"steps", "tokens", "read_gb_s", "weight_bytes"} <= set(check["steps"])
     markdown = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "## Engine tests" in markdown and "## RAG benchmark" in markdown and "latency only" in markdown
 
