@@ -15,19 +15,21 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omegaconf import DictConfig
 
-from orthrus_rag.engine import EngineConfig
+from orthrus_rag.engine import (AsyncEngine, EngineConfig, EngineError, EngineLike, InvalidRequestError,
+                                PoolingParams)
+from orthrus_rag.engine.policy import make_policy
 from orthrus_rag.files import cache_dir
+from orthrus_rag.models import ModelNotFoundError, resolve_adapter_path
+from orthrus_rag.models.device import cpu_flags, resolve_dtype
+from orthrus_rag.models.registry import ADAPTERS_DIR
+from orthrus_rag.rag import EngineReasoner, Passage, Pipeline, Retriever
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.retrieval import RetrievalMode, RetrievalSettings, SearchIndexes, make_retriever
 from orthrus_rag.settings import UserError, check_settings, plain, typed
-
-if TYPE_CHECKING:
-    from orthrus_rag.engine import AsyncEngine, EngineLike
-    from orthrus_rag.rag import Passage, Pipeline, Retriever
 
 
 @dataclasses.dataclass
@@ -89,17 +91,17 @@ class StackPlan:
     @classmethod
     def from_config(cls, cfg: DictConfig, corpus: Path | str | None = None,
                     pipelines: Mapping[str, Mapping[str, Any]] | None = None,
-                    with_index: bool | None = None) -> StackPlan:
+                    with_index: bool = False) -> StackPlan:
         """The plan for `cfg`. `pipelines`: name -> pipeline group (default: `cfg.pipeline`, when there is one);
         `corpus`: the passages file (None: the embedded demo corpus); `with_index`: plan the index even when no
-        pipeline retrieves (None: only when one does)."""
+        pipeline retrieves."""
         from pipelines import PIPELINES
 
         groups = _pipeline_groups(cfg, pipelines)
         retrieves = any(PIPELINES[group["name"]].retrieves for group in groups.values())
         engine = _engine_config(cfg)
         embedding = _embedding(cfg, engine)
-        index = _index_source(cfg, corpus, engine) if (retrieves if with_index is None else with_index) else None
+        index = _index_source(cfg, corpus, engine) if retrieves or with_index else None
         return cls(engine, embedding, index, groups)
 
     def sharing_cores(self, threads: int) -> StackPlan:
@@ -111,9 +113,6 @@ class StackPlan:
 
     def start_engine(self) -> AsyncEngine:
         """An AsyncEngine with the planned config; a missing model or a bad runtime value is a UserError."""
-        from orthrus_rag.engine import AsyncEngine, InvalidRequestError
-        from orthrus_rag.models import ModelNotFoundError
-
         print(f"loading {self.engine.generator} and {self.engine.embedder or 'backbone embeddings'} ...",
               file=sys.stderr)
         try:
@@ -125,8 +124,6 @@ class StackPlan:
         """The stack over `engine`: the planned indexes (`indexes` when given, else each cached in its folder when
         it matches, else built, the dense one through `engine.embed`), the retriever over them, and the
         pipelines, each with that retriever and a reasoner on `engine`."""
-        from orthrus_rag.rag import EngineReasoner
-
         if indexes is None and self.index is not None:
             indexes = await _load_indexes(engine, self.index, self.embedding)
         retriever = make_retriever(engine, indexes, self.embedding) if indexes is not None else None
@@ -164,10 +161,6 @@ def _make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reason
 def _engine_config(cfg: DictConfig) -> EngineConfig:
     """The `model`, `embedder` and `runtime` groups as an EngineConfig, its dtype resolved for this machine
     (runtime keys map one to one; the embedding adapter is runtime.embedding_adapter, else embedder.adapter)."""
-    from orthrus_rag.engine import InvalidRequestError
-    from orthrus_rag.engine.policy import make_policy
-    from orthrus_rag.models.device import cpu_flags, resolve_dtype
-
     runtime = plain(cfg.runtime)
     check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))
     runtime["embedding_adapter"] = _adapter_folder(cfg)
@@ -195,8 +188,6 @@ def _adapter_folder(cfg: DictConfig) -> str | None:
     name = cfg.runtime.get("embedding_adapter") or cfg.embedder.get("adapter")
     if not name:
         return None
-    from orthrus_rag.models.registry import ADAPTERS_DIR, resolve_adapter_path
-
     folder = resolve_adapter_path(name)
     config = folder / "adapter_config.json"
     if not config.is_file():
@@ -212,8 +203,6 @@ def _adapter_folder(cfg: DictConfig) -> str | None:
 def _embedding(cfg: DictConfig, engine: EngineConfig) -> EmbeddingRecipe:
     """How retrieval queries and passages are embedded (the `embedder` group): pooling, prefixes, the passage
     cut, the engine's adapter, and the dtype it computes in (it changes the vectors, so an index records it)."""
-    from orthrus_rag.engine import PoolingParams
-
     model = cfg.embedder.model if cfg.embedder.name else "backbone"
     adapter = engine.embedding_adapter if model == "backbone" else None
     cut = cfg.embedder.get("passage_max_tokens")
@@ -271,24 +260,19 @@ def default_index_folder(corpus: Path, passages: list[Passage], embedder: str, d
 
 
 async def _load_indexes(engine: EngineLike | None, source: IndexSource, embedding: EmbeddingRecipe) -> SearchIndexes:
-    """The indexes `source.retrieval` searches: each cached in its folder when it matches, else built (the dense
-    one through `engine.embed`) and saved there."""
+    """The indexes `source.retrieval` searches, each loaded or built as `StackPlan.build` says."""
+    from indexes import engine_embedder, load_or_build
     from indexes.bm25_index import load_or_build_bm25
 
-    dense = await _load_dense_index(engine, source, embedding) if source.retrieval.uses_dense else None
+    dense = None
+    if source.retrieval.uses_dense:
+        try:
+            dense = await load_or_build(source.folder, source.passages, engine_embedder(engine, embedding),
+                                        source.embedder_name, factory=source.factory, batch_size=source.batch_size,
+                                        device=source.device, embedding=embedding.recipe())
+        except EngineError:
+            raise
+        except ValueError as error:  # bad factory string or device, empty corpus
+            raise UserError(f"{error} (index.factory={source.factory!r}, index.device={source.device!r})") from error
     bm25 = load_or_build_bm25(source.bm25_folder, source.passages) if source.retrieval.uses_bm25 else None
     return SearchIndexes(dense, bm25, source.retrieval)
-
-
-async def _load_dense_index(engine: EngineLike, source: IndexSource, embedding: EmbeddingRecipe):
-    from indexes import engine_embedder, load_or_build
-    from orthrus_rag.engine import EngineError
-
-    try:
-        return await load_or_build(source.folder, source.passages, engine_embedder(engine, embedding),
-                                   source.embedder_name, factory=source.factory, batch_size=source.batch_size,
-                                   device=source.device, embedding=embedding.recipe())
-    except ValueError as error:  # bad factory string or device, empty corpus
-        if isinstance(error, EngineError):
-            raise
-        raise UserError(f"{error} (index.factory={source.factory!r}, index.device={source.device!r})") from error

@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from eval.datasets import DatasetSpec, read_questions
+from eval.metrics import QuestionScores, aggregate, extra_results, score_answers
 from eval.predictions import PredictionLog
 from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from orthrus_rag.engine import EngineLike
@@ -75,8 +76,6 @@ def _short(text: str) -> str:
 
 def scored_row(question: Any, answer: Any) -> dict[str, Any]:
     """The predictions.jsonl row of one answered question, scored."""
-    from eval.metrics import score_answers
-
     scores = score_answers([question], [answer])[0]
     return {"id": question.id, "question": question.question, "answer": question.answer,
             "aliases": question.aliases, "prediction": answer.prediction,
@@ -90,7 +89,6 @@ def build_results(cfg: DictConfig, questions: list, rows: list[dict], run: RunOu
     """results.json from the prediction rows (in question order); `run` is the part answered now (None when an
     earlier run had answered everything), `resumed` how many rows came from the earlier run."""
     from eval.bench.metrics import latency_stats
-    from eval.metrics import QuestionScores, aggregate, extra_results
 
     scores = [QuestionScores(**row["scores"]) for row in rows]
     answered_now = len(rows) - resumed

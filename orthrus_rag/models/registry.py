@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
-from orthrus_rag.files import build_folder_once, cache_dir
+import torch
 
-DUMMY_PREFIX = "dummy:"  # dummy shapes: orthrus_rag/models/dummy.py
+from orthrus_rag.files import build_folder_once, cache_dir
+from orthrus_rag.models.device import native_bf16, resolve_device
+from orthrus_rag.models.dummy import PREFIX, DummyModelError, is_dummy, resolve_dummy
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -82,7 +84,7 @@ def resolve_adapter_path(name_or_path: str | os.PathLike) -> Path:
     """The PEFT folder of an embedding adapter: a shipped adapter's name (orthrus_rag/models/adapters/<name>), a
     dummy shape (`dummy:<shape>`) or a path."""
     key = str(name_or_path)
-    if key.lower().startswith(DUMMY_PREFIX):
+    if is_dummy(key):
         return resolve_model_path(key)
     if "/" not in key and (ADAPTERS_DIR / key).is_dir():
         return ADAPTERS_DIR / key
@@ -93,9 +95,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     """The local folder for a shipped model name (converting on first use), a dummy shape (`dummy:<shape>`,
     see models/dummy.py) or an existing path."""
     key = str(name_or_path)
-    if key.lower().startswith(DUMMY_PREFIX):
-        from orthrus_rag.models.dummy import DummyModelError, resolve_dummy
-
+    if is_dummy(key):
         try:
             return resolve_dummy(key, resolve_model_path)
         except DummyModelError as error:
@@ -109,7 +109,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     if path.is_dir():
         return path.resolve()
     raise ModelNotFoundError(
-        f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({DUMMY_PREFIX}<shape>) "
+        f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({PREFIX}<shape>) "
         f"nor an existing folder (tried {path.resolve()}). Give a shipped name or the path of a local transformers "
         "folder.")
 
@@ -174,8 +174,6 @@ def store_dtype(model: ShippedModel) -> str:
         if forced not in STORE_SUFFIX:
             raise ValueError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}; got {forced!r}")
         return forced
-    from orthrus_rag.models.device import native_bf16, resolve_device
-
     return "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
 
 
@@ -199,7 +197,6 @@ def _converted(model: ShippedModel) -> Path:
 
 def _convert_gguf(model: ShippedModel, folder: Path, dtype: str) -> None:
     """Write the converted model (its weights in `dtype`, its tokenizer) into `folder`."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = find_gguf(model) if model.source == "gguf" else assemble_gguf(model, folder)

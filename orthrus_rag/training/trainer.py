@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from orthrus_rag.models import load_embedder, resolve_model_path
 from orthrus_rag.training.batching import BATCHINGS, bm25_batches, random_batches, relevant_passages
 from orthrus_rag.training.pairs import Pair, PairSource, load_pairs, split_pairs
 from orthrus_rag.training.pooled import POOLINGS, embed_texts, encode_batch, pooled_embeddings
@@ -113,8 +114,6 @@ def lora_model(settings: TrainSettings):
     decoder layers (None: every layer; gradients then stop below them)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from orthrus_rag.models import resolve_model_path
 
     path = resolve_model_path(settings.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -225,8 +224,6 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     if len(train_pairs) < settings.batch_size:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
     if model_and_tokenizer is None:
-        from orthrus_rag.models import resolve_model_path
-
         resolve_model_path(settings.model)  # a missing backbone fails before the teacher loads
     teacher = _teacher(settings)  # a missing teacher fails before the backbone loads
     model, tokenizer = model_and_tokenizer or lora_model(settings)
@@ -244,11 +241,7 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
 
 def _teacher(settings: TrainSettings):
     """The sentence-transformers teacher for distillation (float32, CPU-or-GPU as torch finds), or None."""
-    if not settings.distill_from:
-        return None
-    from orthrus_rag.models import load_embedder
-
-    return load_embedder(settings.distill_from, "float32")
+    return load_embedder(settings.distill_from, "float32") if settings.distill_from else None
 
 
 def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], settings: TrainSettings,
