@@ -43,10 +43,6 @@ class Budget:
         self.tokens -= tokens
         self.seqs -= 1
 
-    def give_back(self, tokens: float) -> None:
-        self.tokens += tokens
-        self.seqs += 1
-
 
 class Scheduler:
     def __init__(self, config: EngineConfig, blocks: BlockManager, policy: Policy):
@@ -125,7 +121,8 @@ class Scheduler:
         placed = next((c for c in out.chunks if c.seq is seq), None)
         if placed is not None:  # evicted after it was placed in this step: take it out again
             out.chunks.remove(placed)
-            budget.give_back(placed.num_tokens)
+            budget.tokens += placed.num_tokens
+            budget.seqs += 1
         del self.running[seq.request_id]
         self._reset(seq)
         self.waiting[seq.kind][seq.request_id] = seq

@@ -49,7 +49,6 @@ class StepLog:
             self._next_id = record.id + 1
 
     def since(self, after: int = 0, limit: int | None = None) -> list[StepRecord]:
-        """Records with an id above `after`, oldest first; with `limit`, the newest `limit` of them."""
         with self._lock:
             records = list(self._records)
         return newer_than(records, after, limit)

@@ -15,11 +15,17 @@ API_PREFIX = "/v1/"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-class EngineCollector:
-    """Reads `engine.stats()` on every scrape."""
+class ServerMetrics:
+    """The app's registry, and the collector of its engine families (read from `engine.stats()` on every scrape)."""
 
     def __init__(self, engine):
         self.engine = engine
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+        self.latency = Histogram("orthrus_request_latency_seconds", "Time from request to the last response byte",
+                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.requests = Counter("orthrus_http_requests", "HTTP requests answered", ["endpoint", "status"],
+                                registry=self.registry)
 
     def collect(self) -> Iterator[Metric]:
         stats = self.engine.stats()
@@ -36,20 +42,6 @@ class EngineCollector:
         yield GaugeMetricFamily("orthrus_kv_blocks_total", "KV cache blocks in the pool",
                                 stats.get("kv_blocks_total", 0))
         yield CounterMetricFamily("orthrus_engine_steps", "Engine steps run", stats.get("steps", 0))
-
-
-class ServerMetrics:
-    def __init__(self, engine):
-        self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(engine))
-        self.latency = Histogram("orthrus_request_latency_seconds", "Time from request to the last response byte",
-                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.requests = Counter("orthrus_http_requests", "HTTP requests answered", ["endpoint", "status"],
-                                registry=self.registry)
-
-    def observe(self, endpoint: str, status: int, seconds: float) -> None:
-        self.latency.labels(endpoint).observe(seconds)
-        self.requests.labels(endpoint, str(status)).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -74,17 +66,14 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, timed_send)
-        finally:
-            self.metrics.observe(endpoint_label(scope), status, time.perf_counter() - start)
+        finally:  # labelled with the route's path as declared (`/v1/items/{id}`), or the request's path when it
+            # never reached a route (refused before routing, e.g. a body over the limit)
+            endpoint = getattr(scope.get("route"), "path", scope["path"])
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+            self.metrics.requests.labels(endpoint, str(status)).inc()
 
 
 def is_api_request(scope: Scope) -> bool:
     """Whether the request is for one of the app's API routes (a path under /v1/, any method)."""
     return scope["path"].startswith(API_PREFIX) and any(
         route.matches(scope)[0] != Match.NONE for route in scope["app"].router.routes)
-
-
-def endpoint_label(scope: Scope) -> str:
-    """The route's path as the app declares it (`/v1/items/{id}`); the request path if it never reached a route
-    (refused before routing, e.g. a body over the limit)."""
-    return getattr(scope.get("route"), "path", scope["path"])

@@ -38,7 +38,10 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
         while (event := await _next(events, end)) is not None:
             timeline.add(event)
             yield asdict(event)
-        yield _answer_event(task.result(), timeline.close(time.perf_counter() - started), example).model_dump()
+        result = task.result()
+        scored = score(example, result.prediction, result.passages) if example is not None else None
+        yield AnswerEvent(**RagResponse.of(result).model_dump(), latency_s=result.latency_s,
+                          timeline=timeline.close(time.perf_counter() - started), score=scored).model_dump()
     except TimeoutError:
         yield _error(APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: server.request_timeout_s "
                                    "or the request's timeout) and was stopped", "timeout_error",
@@ -55,12 +58,6 @@ async def _next(events: asyncio.Queue, end: float | None):
     """The next event, waiting no later than `end` (event-loop time; None: no limit); TimeoutError past it."""
     timeout = None if end is None else max(0.0, end - asyncio.get_running_loop().time())
     return await asyncio.wait_for(events.get(), timeout)
-
-
-def _answer_event(answer: Answer, timeline: Timeline, example: Question | None) -> AnswerEvent:
-    body = RagResponse.of(answer).model_dump()
-    scored = score(example, answer.prediction, answer.passages) if example is not None else None
-    return AnswerEvent(**body, latency_s=answer.latency_s, timeline=timeline, score=scored)
 
 
 def _error(err: APIError) -> dict:
