@@ -74,21 +74,17 @@ def load_aliases(path: str | Path) -> dict[str, list[str]]:
         raise FileNotFoundError(f"aliases file not found: {path} (give the 2WikiMultihopQA id_aliases.json)")
     table: dict[str, list[str]] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            row = _alias_row(line, path, number)
-            table[str(row["Q_id"])] = list(dict.fromkeys([*row.get("aliases", []), *row.get("demonyms", [])]))
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{path} line {number} is not JSON ({e}): expected one object a line") from e
+        if not isinstance(row, dict) or "Q_id" not in row:
+            raise DatasetError(f"{path} line {number} has no Q_id: each line is "
+                               '{"Q_id": ..., "aliases": [...], "demonyms": [...]}')
+        table[str(row["Q_id"])] = list(dict.fromkeys([*row.get("aliases", []), *row.get("demonyms", [])]))
     return table
-
-
-def _alias_row(line: str, path: Path, number: int) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path} line {number} is not JSON ({e}): expected one object a line") from e
-    if not isinstance(row, dict) or "Q_id" not in row:
-        raise DatasetError(f"{path} line {number} has no Q_id: each line is "
-                           '{"Q_id": ..., "aliases": [...], "demonyms": [...]}')
-    return row
 
 
 def add_aliases(questions: list[Question], table: dict[str, list[str]]) -> list[Question]:

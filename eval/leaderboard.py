@@ -39,10 +39,6 @@ class Board:
     results: Path
     out: Path
 
-    @property
-    def rows_dir(self) -> Path:
-        return CONF_DIR / "experiment" / self.rows
-
 
 BOARDS = {board.name: board for board in (
     Board("smollm2", "Leaderboard", "leaderboard", Path("leaderboard/results"), Path("LEADERBOARD.md")),
@@ -59,11 +55,6 @@ NOT_RECORDED = "not recorded"
 class Row:
     name: str  # the row config's name, or the run folder's
     results: dict
-
-    @property
-    def sort_key(self) -> tuple:
-        m = self.results["metrics"]
-        return (-m["acc"], -m["f1"], self.results["pipeline"], self.name)
 
 
 # ---- collecting results -----------------------------------------------------------------------------------------
@@ -84,10 +75,11 @@ def read_results(folder: Path) -> list[Row]:
 
 
 def row_names(only: list[str] | None = None, board: Board = BOARDS["smollm2"]) -> list[str]:
-    names = sorted(p.stem for p in board.rows_dir.glob("*.yaml") if not p.stem.startswith("_"))
+    rows_dir = CONF_DIR / "experiment" / board.rows
+    names = sorted(p.stem for p in rows_dir.glob("*.yaml") if not p.stem.startswith("_"))
     unknown = sorted(set(only or []) - set(names))
     if unknown:
-        raise ValueError(f"no leaderboard config for {unknown} in {board.rows_dir}; have {names}")
+        raise ValueError(f"no leaderboard config for {unknown} in {rows_dir}; have {names}")
     return [n for n in names if not only or n in only]
 
 
@@ -281,7 +273,8 @@ def type_table(rows: list[Row]) -> list[str]:
 
 def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
     """The board's Markdown for these rows: a function of the results alone, so equal results give equal bytes."""
-    rows = sorted(rows, key=lambda row: row.sort_key)
+    rows = sorted(rows, key=lambda row: (-row.results["metrics"]["acc"], -row.results["metrics"]["f1"],
+                                         row.results["pipeline"], row.name))
     lines = [f"# {board.title}", "",
              "Pipelines on the same questions. EM and F1 are the official 2WikiMultihopQA scorer's; Acc counts a "
              "gold answer found as whole words in the prediction, Acc (substring) a gold answer found anywhere in it "

@@ -35,22 +35,18 @@ class Load:
             raise ValueError(f"a closed loop needs clients >= 1, got {self.clients!r}")
 
     @property
-    def is_open(self) -> bool:
-        return self.rate is not None
-
-    @property
     def label(self) -> str:
-        if not self.is_open:
+        if self.rate is None:
             return f"closed C={self.clients}"
         return f"rate {self.rate:g}/s" + ("" if self.burstiness == 1 else f" b={self.burstiness:g}")
 
     def arrivals(self, n: int) -> list[float] | None:
         """Arrival offsets (seconds from the start) for n questions; None for a closed loop."""
-        return arrival_offsets(n, self.rate, self.burstiness, self.seed) if self.is_open else None
+        return None if self.rate is None else arrival_offsets(n, self.rate, self.burstiness, self.seed)
 
     def concurrency(self) -> int | None:
         """What Pipeline.run's `concurrency` should be for this load."""
-        return self.max_in_flight if self.is_open else self.clients
+        return self.clients if self.rate is None else self.max_in_flight
 
 
 def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:

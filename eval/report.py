@@ -92,7 +92,6 @@ def plot_latency_cdf(entry: dict, path: Path) -> Path:
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
         ax.step(xs, ys, where="post", label=mode, color=COLORS.get(mode))
     ax.set(xlabel="question latency (s)", ylabel="fraction of questions", title=f"latency CDF, {entry['load']}")
-    ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
 
@@ -104,7 +103,6 @@ def plot_p99_vs_rate(sweep: list[dict], path: Path) -> Path:
         xy = [(e["rate"], e["modes"][mode]["p99_s"]) for e in points if mode in e["modes"]]
         ax.plot(*zip(*xy), marker="o", label=mode, color=COLORS.get(mode))
     ax.set(xlabel="offered rate (questions/s)", ylabel="p99 question latency (s)", title="p99 against rate")
-    ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
 
@@ -124,8 +122,6 @@ def plot_step_composition(entry: dict, path: Path) -> Path | None:
         axes[0][col].legend(loc="upper right")
         axes[1][col].step(t, [min(1.0, r["busy_s"] / r["dt"]) if r["dt"] else 0 for r in rows], where="post")
         axes[1][col].set(xlabel="time since start (s)", ylabel="busy share", ylim=(0, 1.05))
-        for ax in axes[:, col]:
-            ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
@@ -135,19 +131,19 @@ def step_spans(rows: list[dict]) -> list[dict]:
     the row where the step ends, its busy time spread over them. Idle intervals (no work held) stay as they are."""
     spans, pending = [], None
     for row in rows:
-        pending = dict(row) if pending is None else _merge(pending, row)
+        if pending is None:
+            pending = dict(row)
+        else:
+            pending = {k: pending[k] + row[k] for k in ("dt", "steps", "busy_s", *TOKEN_KINDS)} | {"t": row["t"]}
         if pending["steps"] or not row.get("in_flight", 1):
             spans.append(pending)
             pending = None
     return spans + ([pending] if pending else [])
 
 
-def _merge(a: dict, b: dict) -> dict:
-    out = {k: a[k] + b[k] for k in ("dt", "steps", "busy_s", *TOKEN_KINDS)}
-    return dict(out, t=b["t"])
-
-
 def _save(fig, path: Path) -> Path:
+    for ax in fig.axes:
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -110,15 +110,6 @@ class BM25Index:
         return cls(retriever, tokenizer, corpus, manifest)
 
 
-def bm25_matches(folder: Path, passages: Sequence[Passage], params: BM25Params) -> bool:
-    """Whether `folder` holds a BM25 index of exactly these passages with these settings."""
-    try:
-        saved = BM25Manifest.load(folder)
-    except (FileNotFoundError, ValueError, TypeError):
-        return False
-    return saved == BM25Manifest(asdict(params), corpus_fingerprint(passages), len(passages))
-
-
 def default_bm25_folder(cache: Path, corpus: Path, passages: Sequence[Passage]) -> Path:
     """`<cache>/bm25/<corpus stem>-<fingerprint>`: one folder per corpus (BM25 needs no embedder)."""
     return cache / "bm25" / f"{corpus.stem}-{corpus_fingerprint(passages)}"
@@ -128,7 +119,11 @@ def load_or_build_bm25(folder: str | Path, passages: Sequence[Passage],
                        params: BM25Params = BM25Params()) -> BM25Index:
     """The BM25 index cached in `folder` when it matches the corpus and settings; else built and saved there."""
     folder = Path(folder)
-    if bm25_matches(folder, passages, params):
+    try:
+        saved = BM25Manifest.load(folder)
+    except (FileNotFoundError, ValueError, TypeError):  # no index there, or not one this version reads
+        saved = None
+    if saved == BM25Manifest(asdict(params), corpus_fingerprint(passages), len(passages)):
         return BM25Index.load(folder, passages)
     index = BM25Index.build(passages, params)
     index.save(folder)

@@ -94,7 +94,14 @@ class DenseIndex:
         `expected_embedding` is given) with another recipe (pooling, prefixes, adapter)."""
         folder = Path(folder)
         manifest = IndexManifest.load(folder)
-        _check_matches(manifest, folder, expected_embedder, corpus)
+        if manifest.embedder != expected_embedder:
+            raise IndexMismatchError(f"index in {folder} was built with embedder {manifest.embedder!r}, not "
+                                     f"{expected_embedder!r}: rebuild it or point to another index folder")
+        fingerprint = corpus_fingerprint(corpus)
+        if manifest.corpus_fingerprint != fingerprint or manifest.num_passages != len(corpus):
+            raise IndexMismatchError(f"index in {folder} was built over another corpus ({manifest.num_passages} "
+                                     f"passages, fingerprint {manifest.corpus_fingerprint}; given {len(corpus)}, "
+                                     f"{fingerprint}): rebuild it or point to another index folder")
         if expected_embedding is not None and manifest.embedding != expected_embedding:
             raise IndexMismatchError(f"index in {folder} was embedded with {manifest.embedding}, not "
                                      f"{expected_embedding}: rebuild it with these embedder settings or point to "
@@ -111,17 +118,6 @@ def _read_index(folder: Path, manifest: IndexManifest):
         return faiss.read_index(str(folder / INDEX_FILE))
     vectors = np.load(folder / VECTORS_FILE)
     return _faiss_index(vectors, "Flat", manifest.metric, 1) if faiss else TorchFlatSearch(vectors, manifest.metric)
-
-
-def _check_matches(manifest: IndexManifest, folder: Path, embedder: str, corpus: Sequence[Passage]) -> None:
-    if manifest.embedder != embedder:
-        raise IndexMismatchError(f"index in {folder} was built with embedder {manifest.embedder!r}, not "
-                                 f"{embedder!r}: rebuild it or point to another index folder")
-    fingerprint = corpus_fingerprint(corpus)
-    if manifest.corpus_fingerprint != fingerprint or manifest.num_passages != len(corpus):
-        raise IndexMismatchError(f"index in {folder} was built over another corpus ({manifest.num_passages} "
-                                 f"passages, fingerprint {manifest.corpus_fingerprint}; given {len(corpus)}, "
-                                 f"{fingerprint}): rebuild it or point to another index folder")
 
 
 def _as_matrix(vectors: np.ndarray) -> np.ndarray:

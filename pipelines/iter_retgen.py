@@ -41,7 +41,8 @@ class IterRetGen(Pipeline):
     async def answer(self, question: str) -> Answer:
         generation, read = "", {}
         for _ in range(self.iterations):
-            passages = await self.retrieve(query_for(question, generation), self.k)
+            query = f"{question} {generation}" if generation else question  # the previous generation guides it
+            passages = await self.retrieve(query, self.k)
             generation = await self._generate(question, passages)
             read.update((p.id, p) for p in passages if p.id not in read)
         return Answer(question, extract_answer(generation, from_end=True), list(read.values()))
@@ -50,8 +51,3 @@ class IterRetGen(Pipeline):
         prompt = self._template.messages(question, passages, self._demos, self.passage_words, self.demo_turns)
         params = SamplingParams(max_tokens=self.max_tokens, stop=["\nPassages:", "\nQuestion:"])
         return (await self.reason(prompt, params)).strip()
-
-
-def query_for(question: str, generation: str) -> str:
-    """The retrieval query: the question, followed by the previous generation when there is one."""
-    return f"{question} {generation}" if generation else question

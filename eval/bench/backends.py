@@ -217,7 +217,8 @@ class HFBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
         on_backbone = pooling.model == "backbone" or not config.embedder
         self.encoder = None if on_backbone else load_embedder(config.embedder, config.dtype, config.device)
         self.embed_model = _with_adapter(config) if on_backbone and config.embedding_adapter else self.model
@@ -352,8 +353,3 @@ def _groups(batch: list[_Call], kind: str) -> list[list[_Call]]:
             else (p.normalize, p.truncate)
         groups.setdefault(key, []).append(call)
     return list(groups.values())
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    return {*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id} - {None}

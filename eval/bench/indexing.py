@@ -60,11 +60,10 @@ async def measure(config: EngineConfig, embedding: EmbeddingRecipe, passages: li
         for name in order:
             async with AsyncEngine(config) as engine:
                 if name == "index":
-                    work = embed_passages(passages, engine_embedder(engine, embedding), batch_size)
-                    result[name] = await _timed(engine, work, "embed")
+                    work, kind = embed_passages(passages, engine_embedder(engine, embedding), batch_size), "embed"
                 else:
-                    prompts = _prompts(engine, passages, embedding)
-                    result[name] = await _timed(engine, _prefill_all(engine, prompts, batch_size), "prefill")
+                    work, kind = _prefill_all(engine, _prompts(engine, passages, embedding), batch_size), "prefill"
+                result[name] = await _timed(engine, work, kind)
         results.append(result)
     return results
 

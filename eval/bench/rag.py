@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tqdm import tqdm
 
-from eval.bench.runner import engine_delta, machine_info, make_backend, mode_threads, ran_dtype
+from eval.bench.runner import engine_delta, machine_info, mode_threads, on_fresh_backend, ran_dtype
 from eval.bench.rag_metrics import RunData, headline, ratios, summarize_run
 from eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
@@ -182,13 +181,8 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
     for mode in modes:
         for load in loads:
             # the pipelines pass their own sampling and embedding params
-            backend = make_backend(mode, setup.plan.engine, SamplingParams(), setup.plan.embedding.params)
-            try:
-                run = asyncio.run(run_load(mode, backend, setup, index, load))
-            finally:
-                backend.close()
-                del backend
-                gc.collect()
+            run = on_fresh_backend(mode, setup.plan.engine, SamplingParams(), setup.plan.embedding.params,
+                                   lambda backend: run_load(mode, backend, setup, index, load))
             summaries[load.label][mode] = summarize_run(run, setup.questions, setup.workload.slo_s)
     return assemble(summaries, loads, setup, modes)
 

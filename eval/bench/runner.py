@@ -11,7 +11,9 @@ import asyncio
 import gc
 import platform
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -51,16 +53,25 @@ def mode_threads(config: EngineConfig, mode: str) -> int:
     return max(1, threads // 2) if mode == "isolated" else threads
 
 
-def make_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
+def on_fresh_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams,
+                     work: Callable[[Any], Awaitable]) -> Any:
+    """`asyncio.run(work(backend))` on a new backend of `mode`, closed and its models freed before returning."""
     if mode == "hetero":
-        return EngineBackend(config, sampling, pooling)
-    if mode == "alternating":
-        return EngineBackend(replace(config, policy="alternating"), sampling, pooling)
-    if mode == "isolated":
-        return IsolatedBackend(config, sampling, pooling, threads=mode_threads(config, mode))
-    if mode == "hf":
-        return HFBackend(config, sampling, pooling)
-    raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+        backend = EngineBackend(config, sampling, pooling)
+    elif mode == "alternating":
+        backend = EngineBackend(replace(config, policy="alternating"), sampling, pooling)
+    elif mode == "isolated":
+        backend = IsolatedBackend(config, sampling, pooling, threads=mode_threads(config, mode))
+    elif mode == "hf":
+        backend = HFBackend(config, sampling, pooling)
+    else:
+        raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+    try:
+        return asyncio.run(work(backend))
+    finally:
+        backend.close()
+        del backend
+        gc.collect()
 
 
 async def closed_loop(backend, requests: list[Request], clients: int, desc: str) -> tuple[list[Record], float]:
@@ -118,13 +129,8 @@ def run_bench(config: EngineConfig, pooling: PoolingParams, workload: Workload,
                            workload.embed_tokens)
     per_mode: dict[str, dict[str, PhaseRun]] = {}
     for mode in modes:
-        backend = make_backend(mode, config, sampling, pooling)
-        try:
-            per_mode[mode] = asyncio.run(run_mode(mode, backend, phases, warmup, workload.clients))
-        finally:
-            backend.close()
-            del backend
-            gc.collect()
+        per_mode[mode] = on_fresh_backend(mode, config, sampling, pooling,
+                                          lambda backend: run_mode(mode, backend, phases, warmup, workload.clients))
     return assemble(per_mode, workload, config, pooling, sampling, list(modes))
 
 

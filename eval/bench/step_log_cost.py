@@ -28,18 +28,14 @@ def timed(fn: Callable, into: list[float]) -> Callable:
     return wrapper
 
 
-def passages(n: int) -> list[str]:
-    lines = demo_corpus_path().read_text(encoding="utf-8").splitlines()
-    return [lines[i % len(lines)] for i in range(n)]
-
-
 def run(requests: int, max_tokens: int, dtype: str) -> dict:
     engine = LLMEngine(EngineConfig(dtype=dtype, step_log_size=4096))
     built: list[float] = []
     stored: list[float] = []
     engine._step_record = timed(engine._step_record, built)  # building one step's record ...
     engine.step_log.append = timed(engine.step_log.append, stored)  # ... and storing it
-    texts = passages(2 * requests)
+    lines = demo_corpus_path().read_text(encoding="utf-8").splitlines()
+    texts = [lines[i % len(lines)] for i in range(2 * requests)]
     for i in range(requests):
         prompt = " ".join(" ".join(texts[i:i + 3]).split()[:PROMPT_WORDS])
         engine.add_request(f"g{i}", prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))

@@ -36,7 +36,7 @@ from orthrus_rag.engine.sampler import sample_batch
 from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.models import load_generator
 from orthrus_rag.models.device import native_bf16
-from orthrus_rag.settings import UserError
+from orthrus_rag.settings import UserError, plain
 
 
 PROFILE_TOP = 5
@@ -279,11 +279,9 @@ def format_steps_table(bench: dict) -> str:
 
 def steps_bench(cfg) -> dict:
     """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_steps_table`)."""
-    from omegaconf import OmegaConf
-
     from orthrus_rag.stack import StackPlan
 
-    workload = StepsWorkload.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
+    workload = StepsWorkload.from_dict(plain(cfg.workload))
     return run_steps(StackPlan.from_config(cfg, pipelines={}).engine, workload)
 
 

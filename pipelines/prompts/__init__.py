@@ -85,11 +85,10 @@ class PromptTemplate:
 def load_prompt(name: str) -> PromptTemplate:
     """The template `name` (with or without .txt) from this folder, or from a path."""
     path = _find(name, ".txt")
-    demo_path = path.with_name(path.name.removesuffix(".txt") + ".demo.txt")
-    demo_text = demo_path.read_text().strip("\n") if demo_path.exists() else ""
-    passage_path = path.with_name(path.name.removesuffix(".txt") + ".passage.txt")
-    passage_text = passage_path.read_text().strip("\n") if passage_path.exists() else ""
-    template = PromptTemplate(path.name.removesuffix(".txt"), path.read_text().strip("\n"), demo_text, passage_text)
+    stem = path.name.removesuffix(".txt")
+    parts = [path.with_name(stem + suffix) for suffix in (".demo.txt", ".passage.txt")]
+    demo_text, passage_text = (p.read_text().strip("\n") if p.exists() else "" for p in parts)
+    template = PromptTemplate(stem, path.read_text().strip("\n"), demo_text, passage_text)
     _check_fields(template.name, template.text)
     _check_fields(template.name + ".demo", template.demo_text)
     _check_fields(template.name + ".passage", template.passage_text, _PASSAGE_FIELDS)
