@@ -42,13 +42,13 @@ def cpu_flags() -> frozenset[str]:
     """The CPU's instruction-set flags, read once from /proc/cpuinfo (none where it cannot be read). With
     ORTHRUS_CPU_MAX_ISA=avx2 the AVX512 and AMX flags are left out, so `dtype: auto` and the kernel choice are those
     of an AVX2-only CPU (flags can only be removed, so nothing this CPU cannot run is ever picked)."""
+    cap = os.environ.get(MAX_ISA_ENV, "").lower()
+    if cap not in ("", "avx2"):  # checked first, so a bad value fails on every machine
+        raise ValueError(f"{MAX_ISA_ENV} must be avx2 or unset, got {cap!r}")
     try:
         flags = frozenset(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         return frozenset()
-    cap = os.environ.get(MAX_ISA_ENV, "").lower()
-    if cap not in ("", "avx2"):
-        raise ValueError(f"{MAX_ISA_ENV} must be avx2 or unset, got {cap!r}")
     return frozenset(f for f in flags if not f.startswith(("avx512", "amx"))) if cap else flags
 
 

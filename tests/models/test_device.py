@@ -51,5 +51,9 @@ def test_max_isa_avx2_hides_avx512_and_amx(monkeypatch, tmp_path):
         device.cpu_flags.cache_clear()
         with pytest.raises(ValueError, match="ORTHRUS_CPU_MAX_ISA must be avx2 or unset, got 'sse2'"):
             device.cpu_flags()
+        monkeypatch.setattr(device, "Path", lambda _: tmp_path / "missing")  # no /proc/cpuinfo on this machine
+        device.cpu_flags.cache_clear()
+        with pytest.raises(ValueError, match="ORTHRUS_CPU_MAX_ISA must be avx2 or unset, got 'sse2'"):
+            device.cpu_flags()
     finally:
         device.cpu_flags.cache_clear()
