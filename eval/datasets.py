@@ -1,8 +1,7 @@
 """Question sets: the shared 2Wiki jsonl, the official 2WikiMultihopQA json, and Hugging Face datasets.
 
-Answer aliases come from a question's `aliases` (or `answer_aliases`) field and, when an `id_aliases.json` file lies
-beside the question file (the official 2WikiMultihopQA layout) or is given, from the entry of the question's
-`answer_id`: one JSON object a line with `Q_id`, `aliases` and `demonyms`, as the official scorer reads it.
+Answer aliases: a question's `aliases` (or `answer_aliases`) field plus its `answer_id`'s entry in an
+`id_aliases.json` (docs/experiments.md: Metrics and `results.json`).
 """
 from __future__ import annotations
 

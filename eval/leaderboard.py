@@ -8,10 +8,8 @@ conf/experiment/leaderboard_qwen05/, leaderboard/results_qwen05/).
     python -m eval.leaderboard --board qwen05                           # the same for the Qwen board
     python -m eval.leaderboard workers=4                                # each row over 4 Ray actors
 
-A run writes each row's results.json (see docs/experiments.md) to the board's results folder as `<row>.json` and then
-rebuilds the table from that folder, so `--from-results <that folder>` gives the same file byte for byte. The header
-comes from the results themselves (models, dtype, index, corpus, questions, machine, versions, commit, date and
-whether the rows ran one at a time); rows are sorted by Acc, then F1.
+A run saves each row's results.json as `<row>.json` in the board's results folder, then rebuilds the table from that
+folder, so `--from-results <that folder>` gives the same file byte for byte (docs/results.md: Leaderboard).
 """
 from __future__ import annotations
 

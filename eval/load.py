@@ -1,13 +1,10 @@
-"""Load generation: when questions arrive.
+"""Load generation: when questions arrive (eval/bench/README.md: workload=rag).
 
-Open loop: arrivals are a renewal process at `rate` questions per second. Gaps between arrivals are gamma
-distributed with mean 1/rate and shape 1/burstiness, so burstiness 1 is a Poisson process (exponential gaps),
-burstiness > 1 sends bursts separated by longer lulls (coefficient of variation sqrt(burstiness)), and
-burstiness -> 0 approaches a constant gap. The first question arrives after the first gap. Offsets depend only on
-(n, rate, burstiness, seed), so every mode of a benchmark sees the same arrival times.
-
-Closed loop: `clients` clients; each sends its next question as soon as its previous one is answered (no
-arrival times; Pipeline.run's `concurrency`).
+Open loop: a renewal process at `rate` questions/s with gamma gaps (`arrival_gaps`); burstiness > 1 sends bursts
+separated by longer lulls (coefficient of variation sqrt(burstiness)), burstiness -> 0 approaches a constant gap.
+The first question arrives after the first gap. Offsets depend only on (n, rate, burstiness, seed), so every mode of
+a benchmark sees the same arrival times. Closed loop: each of `clients` clients sends its next question as soon as
+its previous one is answered.
 """
 from __future__ import annotations
 

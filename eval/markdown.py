@@ -2,6 +2,5 @@
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """A pipe table: the header row, its `|---|---|` rule, then one line per row."""
     lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
     return "\n".join([lines[0], "|" + "|".join("---" for _ in header) + "|", *lines[1:]])

@@ -1,6 +1,5 @@
-"""`predictions.jsonl` as a log: each answered question is appended (and flushed) as it completes, so an interrupted
-run keeps every answer it had; `resume=true` reads them back and answers only the rest. At the end the file is
-rewritten atomically in question order.
+"""`predictions.jsonl` as a log: each answer is appended and flushed as it completes; at the end the file is
+rewritten atomically in question order (docs/experiments.md: Interrupted runs lose nothing).
 """
 from __future__ import annotations
 

@@ -2,9 +2,7 @@
 
     python -m eval.report outputs/bench/rag/*/bench.json --out reports/rag   # merge: a run per rate or mode
 
-Plots: `latency_cdf.png` (question latency CDF per mode, headline load), `p99_vs_rate.png` (p99 per mode against
-the offered rate, when two or more open-loop rates ran), `step_composition.png` (tokens per step by kind and busy
-share over time, for hetero and alternating, headline load).
+Which plot shows what, and when each is written: eval/bench/README.md (workload=rag).
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Gold-passage recall of one-step retrieval (the question as the query) for each retrieval mode: dense with the
-configured embedder, BM25, and their reciprocal-rank fusion. Prints a markdown table and merges its rows into a
-JSON file, so runs with other embedders add rows to the same table (config: conf/retrieval_recall.yaml).
+"""Gold-passage recall of one-step retrieval (the question as the query) for each retrieval mode, rows merged into
+one JSON file across runs (docs/experiments.md: Hybrid retrieval; config: conf/retrieval_recall.yaml).
 
     python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200
     python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200 embedder=backbone \

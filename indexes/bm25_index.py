@@ -1,8 +1,7 @@
 """A BM25 passage index over the `bm25s` library, saved with a manifest that guards against stale indexes.
 
-Each passage is indexed as its title followed by its text. Tokens are lower-cased words of two or more word
-characters, English stop words removed, no stemming (bm25s's own tokenizer). Scoring is bm25s's (Lucene variant by
-default); `search` ranks by score, ties by corpus order, and leaves out passages that share no term with the query.
+Each passage is indexed as its title followed by its text. Tokens are lower-cased words of two or more word characters,
+English stop words removed, no stemming (bm25s's own tokenizer); scoring is bm25s's, the Lucene variant by default.
 """
 from __future__ import annotations
 
@@ -87,7 +86,8 @@ class BM25Index:
         return self.retriever.get_scores_from_ids(ids)
 
     def search_text(self, query: str, k: int) -> list[Passage]:
-        """The k best-scoring passages for `query`, best first, `score` filled; ties in corpus order."""
+        """The k best-scoring passages for `query`, best first, `score` filled; ties in corpus order; passages that
+        share no term with the query are left out."""
         scores = self.scores(query)
         matching = np.flatnonzero(scores > 0)
         order = matching[np.lexsort((matching, -scores[matching]))][:k]

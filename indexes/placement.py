@@ -1,5 +1,6 @@
 """Where an index searches (`index.device=auto|cpu|cuda`) and with what: faiss on the CPU, faiss's GPU index when
-faiss has GPU support, else exact search with torch on the device (Flat indexes; the same results as faiss Flat)."""
+faiss has GPU support, else exact search with torch on the device (Flat indexes; the same results as faiss Flat).
+See docs/benchmarks.md, "The index on the GPU"."""
 from __future__ import annotations
 
 import warnings

@@ -31,9 +31,8 @@ def settings_node(cls: type, skip: tuple[str, ...] = (), **extra: Any) -> type:
 
 
 def register_defaults() -> None:
-    """The dataclasses' defaults as configs the YAML files start from, so each default is written once: the engine's
-    (`runtime/engine_defaults`: EngineConfig), the index's (`index/index_defaults`: IndexSpec) and each
-    pipeline's (`pipeline/<name>_defaults`: its class)."""
+    """The dataclasses' defaults as configs the YAML files start from, so each default is written once
+    (docs/architecture.md#configuration)."""
     from orthrus_rag.engine import EngineConfig
     from orthrus_rag.stack import IndexSpec
     from pipelines import PIPELINES

@@ -22,8 +22,8 @@ RETRIEVAL_MODES: tuple[str, ...] = get_args(RetrievalMode)
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """`mode`: dense | bm25 | hybrid; for hybrid, `rrf_k` (the constant k of 1 / (k + rank)) and `candidates`
-    (passages each side ranks before fusion; at least the k a pipeline asks for)."""
+    """For hybrid: `rrf_k` (the constant k of 1 / (k + rank)) and `candidates` (passages each side ranks before
+    fusion; at least the k a pipeline asks for)."""
 
     mode: RetrievalMode = "dense"
     rrf_k: float = RRF_K

@@ -42,8 +42,8 @@ class IndexSpec:
     folder: str | None = None
     batch_size: int = 64  # passages embedded concurrently while building
     device: str = "auto"  # auto | cpu | cuda: where it searches (auto = cuda when available)
-    # dense | bm25 | hybrid: the embedder's index, BM25 over the corpus text, or both fused by rank (the default:
-    # 2Wiki dev recall@15 0.733 against dense 0.681 and BM25 0.727; docs/experiments.md)
+    # dense | bm25 | hybrid: the embedder's index, BM25 over the corpus text, or both fused by rank (the default,
+    # chosen on 2Wiki dev recall: docs/results.md, docs/experiments.md#hybrid-retrieval)
     retrieval: RetrievalMode = "hybrid"
     rrf_k: float = RetrievalSettings.rrf_k  # hybrid: k in 1 / (k + rank), the usual 60
     candidates: int = RetrievalSettings.candidates  # hybrid: passages each side ranks (at least the k asked for)

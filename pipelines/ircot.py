@@ -5,15 +5,15 @@ reasoning sentence from the passages held, stop if it states the answer ("So the
 retrieve the top k for that sentence and add those not held yet (0 to k new), up to `max_passages` in all.
 A reader then answers the question from all passages held. These are the published method's defaults
 (8 steps, a cap of 15 passages, whole paragraphs, a separate reader); the paper picks k on dev from 2, 4, 6
-and 8, and so does this one: on 40 dev questions (bf16) k=2 and k=4 answer best (Acc 0.20, then 0.175 at 6 and
-0.125 at 8) and k=4 finds more gold passages than k=2 (recall 0.69 against 0.64), so k=4.
+and 8, and so does this one: k=2 and k=4 answer best and k=4 finds more gold passages, so k=4 (docs/results.md,
+"k for IRCoT, chosen on dev").
 
 Settings that depart from the paper, for comparison (each off by default):
 - `answer_from: chain` returns the chain's own stated answer when it states one (the reader answers otherwise).
 - `answer_from: conclude` returns the stated answer too, and otherwise shows the chain every passage held and
   lets it write "N. So the answer is: ...": no separate reader prompt, so the prefix cache serves the whole
-  conclusion prompt but the passages retrieved after the last step (on 40 dev questions: 1.4x fewer computed
-  prefill tokens, 3 answers right against the reader's 7).
+  conclusion prompt but the passages retrieved after the last step (on dev: fewer computed prefill tokens, fewer
+  answers right than the reader's; pipelines/README.md).
 - `fresh: true` adds k passages not held yet at every step (instead of the new ones among the top k).
 - `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
 
@@ -24,16 +24,16 @@ answers (three 40-question dev runs); given `standard_rag`'s two instead (`reade
 
 Passage order: `best_last` (the default) lists the passages best last, nearest the question; `retrieval` lists
 them in the order they were retrieved, so each step's prompt extends the previous one and the engine's prefix
-cache serves all but the new tail. On 40 dev questions `retrieval` with `answer_from: conclude` computed 2.4x
-fewer prefill tokens per question but found fewer gold passages (recall 0.66 against 0.73) and answered fewer
-(Acc 0.10 against 0.18), so both are settings, not defaults (pipelines/README.md).
+cache serves all but the new tail. On dev `retrieval` with `answer_from: conclude` computed fewer prefill tokens
+but found fewer gold passages and answered fewer, so both are settings, not defaults (pipelines/README.md,
+"Prompts that reuse the KV cache").
 
 Deliberate differences that stay: the paper retrieves with BM25, here with whatever retriever the stack is given
-(dense MiniLM by default; `index.retrieval=bm25` is the paper's, `hybrid` fuses both: on 40 dev questions hybrid
-found about as many gold passages as dense, 0.73 against 0.73, and answered fewer); the reasoning is written as
-numbered lines ("1. ...", "2. ..."), each step started with its number, so a small generator writes one more
-fact instead of ending its turn; with `demo_turns` the worked examples are earlier turns of the chat; passages
-are cut at `passage_words` words (the corpus's paragraphs average 71, so most are whole).
+(`index.retrieval`: hybrid BM25 + dense MiniLM by default, `bm25` the paper's; on dev hybrid found about as many
+gold passages as dense and answered fewer: docs/results.md); the reasoning is written as numbered lines
+("1. ...", "2. ..."), each step started with its number, so a small generator writes one more fact instead of
+ending its turn; with `demo_turns` the worked examples are earlier turns of the chat; passages are cut at
+`passage_words` words (the corpus's paragraphs average 71, so most are whole).
 """
 from __future__ import annotations
 

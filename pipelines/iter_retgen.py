@@ -1,4 +1,4 @@
-"""ITER-RETGEN: alternate retrieval and generation, each retrieval guided by the previous generation (Shao et al., 2023).
+"""ITER-RETGEN: alternate retrieval and generation, each retrieval guided by the last generation (Shao et al., 2023).
 
 Iteration t retrieves a new top k with the question plus the generation of iteration t-1, then generates a
 full answer (chain-of-thought and answer) from those passages; the last generation's answer is returned, as

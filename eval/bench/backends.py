@@ -6,18 +6,14 @@ it can stand in for an `AsyncEngine` under `DenseRetriever` and `EngineReasoner`
 `await settled_stats()` (counters once idle) and `close()`. Without params, the backend's own (the benchmark's)
 sampling and pooling settings apply.
 
-- `EngineBackend` (modes `hetero` and `alternating`): one `AsyncEngine` using every core; `alternating` is the same
-  engine with `policy=alternating`, so a step never holds both kinds.
-- `IsolatedBackend` (mode `isolated`): two processes, each an `LLMEngine` with half the cores, one serving only
-  embed requests and one only generate requests; the CPU analogue of giving each model its own GPU. Both run the
-  engine's own code (same kernels, same continuous batching), so the only difference from `hetero` is that the
-  work is split by kind across processes. The embed process runs the co-located embedder or, with
-  `embedder=backbone`, the generator's own layers; it also loads the generator, which it never runs for
-  co-located embeddings.
-- `HFBackend` (mode `hf`): what one would write without this project: a loop that alternately runs transformers
-  `generate` (greedy, left padded) on all waiting generate requests and sentence-transformers `encode` on all
-  waiting embed requests (with `embedder=backbone`: a mean over a copy of the generator carrying the embedding
-  adapter, through PEFT). A batch runs to completion before anything that arrived during it starts.
+Modes, cores and why `isolated` runs the engine in both processes: eval/bench/README.md.
+- `EngineBackend` (modes `hetero` and `alternating`): one `AsyncEngine`.
+- `IsolatedBackend` (mode `isolated`): an embed-only and a generate-only `LLMEngine` in two processes. The embed
+  process runs the co-located embedder or, with `embedder=backbone`, the generator's own layers; it also loads the
+  generator, which it never runs for co-located embeddings.
+- `HFBackend` (mode `hf`): what one would write without this project, transformers `generate` and
+  sentence-transformers `encode` in one loop (with `embedder=backbone`: a mean over a copy of the generator carrying
+  the embedding adapter, through PEFT). A batch runs to completion before anything that arrived during it starts.
 """
 from __future__ import annotations
 

@@ -7,10 +7,8 @@
     orthrus-rag-bench workload=rag rates=[null,0.1,0.2]       # closed loop, then two open-loop rates
     orthrus-rag-bench workload=indexing embedder=backbone     # corpus embedding vs prefill tokens/s
 
-Modes: hetero (this engine), isolated (an embed process and a generate process, half the cores each),
-alternating (this engine, never both kinds in one step), hf (transformers generate + sentence-transformers
-encode in one loop). See eval/bench for how each is run and how bench.json is laid out. The rag workload also
-writes bench.md and PNG plots (eval/report.py).
+Modes (hetero, isolated, alternating, hf), how each is run and how bench.json is laid out: eval/bench/README.md.
+The rag workload also writes bench.md and PNG plots (eval/report.py).
 """
 from __future__ import annotations
 

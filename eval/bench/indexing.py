@@ -1,15 +1,7 @@
-"""Corpus indexing against prefill (`orthrus-rag-bench workload=indexing`): one engine, the same passages.
-
-- `index`: the passages embedded exactly as `orthrus-rag-index` embeds a corpus (`indexes.build.embed_passages`
-  over `engine_embedder`, `index.batch_size` texts in flight, the embedder's passage prefix);
-- `prefill`: the same texts (prefix included; cut at the embedder's `passage_max_tokens` as the index cuts them) sent
-  as prompts of generate requests with `max_tokens=1`, the same number in flight: the engine's prefill throughput on
-  the same tokens.
-
-Each round runs both, in alternating order, on a cold prefix cache; the table reports tokens/s from the engine's
-own token counters over the wall time of each run, and `index/prefill` (the issue's target: >= 0.8 with
-`embedder=backbone`). bench.json: `{"workload": "indexing", "rounds": [{"index": {...}, "prefill": {...}}, ...],
-"median": {"index_tok_s", "prefill_tok_s", "index/prefill"}, ...}`.
+"""Corpus indexing against prefill (`orthrus-rag-bench workload=indexing`): one engine, the same passages embedded
+as `orthrus-rag-index` embeds them (`index`) and prefilled as generate prompts with `max_tokens=1` (`prefill`);
+the runs and bench.json: eval/bench/README.md (workload=indexing). The target: `index/prefill` >= 0.8 with
+`embedder=backbone`.
 """
 from __future__ import annotations
 

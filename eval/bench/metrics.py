@@ -46,7 +46,6 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def latency_stats(values: list[float]) -> dict[str, float | None]:
-    """p50, p90 and p99 (None without values) and the mean."""
     return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "p99_s": percentile(values, 99),
             "mean_s": sum(values) / len(values) if values else None}
 
@@ -63,7 +62,6 @@ def summarize(mode: str, records: list[Record], wall_s: float, engine: dict | No
 
 
 def ratios(modes: dict[str, ModeResult]) -> dict[str, float | None]:
-    """hetero rps over each baseline's rps; None where a mode did not run."""
     hetero = modes.get("hetero")
     return {f"hetero/{b}": (hetero.rps / modes[b].rps if hetero and b in modes and modes[b].rps else None)
             for b in BASELINES}

@@ -1,11 +1,6 @@
-"""The rag workload: a pipeline answering the same questions, arriving at the same seeded times, in every mode.
-
-Each mode gets a backend (eval/bench/backends.py) that stands in for the engine under `DenseRetriever` and
-`EngineReasoner`, so the pipeline code is the same everywhere. The index is loaded from its cache folder, or built
-once through an engine configured as for `hetero`, and shared by all modes. Each mode and load gets a fresh backend
-(a cold prefix cache: the same questions asked again would otherwise find their prompts cached): a few made-up
-warm-up questions (untimed), then the timed run (open loop at the load's rate, or a closed loop), with every
-retrieve and reason call logged and the engine counters sampled every `sample_interval_s` for the timeline plots.
+"""The rag workload: a pipeline answering the same questions, arriving at the same seeded times, in every mode
+(eval/bench/README.md: workload=rag). Each mode's backend (eval/bench/backends.py) stands in for the engine under
+`DenseRetriever` and `EngineReasoner`, so the pipeline code is the same everywhere.
 """
 from __future__ import annotations
 

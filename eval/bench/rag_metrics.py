@@ -1,8 +1,5 @@
-"""What one rag run measured: question latency, per-call latency, goodput, accuracy, where the time went.
-
-A question's latency runs from its arrival to its answer (time waiting for a slot included). Percentiles
-interpolate linearly between closest ranks (numpy's default). Throughput is questions over the wall time from the
-start of the run (the first arrival offset counts) to the last answer.
+"""What one rag run measured: question latency, per-call latency, goodput, accuracy, where the time went
+(definitions: eval/bench/README.md, workload=rag). A question's latency includes its time waiting for a slot.
 """
 from __future__ import annotations
 

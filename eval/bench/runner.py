@@ -1,9 +1,6 @@
-"""Run the modes side by side on the same requests and collect bench.json.
-
-Closed loop: `clients` concurrent clients share one request list; a free client takes the next request, sends it
-and waits for its answer. Throughput is finished requests over the wall time from the first send to the last
-answer; latency is per request, as the client saw it. Each mode loads its own models, serves a few warm-up
-requests (another seed, not timed), then runs every phase of the workload in sequence, draining between phases.
+"""Run the modes side by side on the same requests and collect bench.json (closed loop, phases and warm-up:
+eval/bench/README.md). Throughput is finished requests over the wall time from the first send to the last answer;
+latency is per request, as the client saw it.
 """
 from __future__ import annotations
 
@@ -136,9 +133,7 @@ def run_bench(config: EngineConfig, pooling: PoolingParams, workload: Workload,
 
 def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, config: EngineConfig,
              pooling: PoolingParams, sampling: SamplingParams, modes: list[str]) -> dict:
-    """bench.json. The top-level `modes` and `ratios` cover the whole run; with several phases (workload
-    `phases`), `phases[name]` also holds each phase's `embed_share`, `modes` and `ratios`, and the top level then
-    counts all phases together (requests over the summed wall time, percentiles over all requests)."""
+    """bench.json (layout: eval/bench/README.md); with several phases the top level counts all of them together."""
     bench: dict = {"workload": workload.name}
     overall = {}
     for mode, runs in per_mode.items():

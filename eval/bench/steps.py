@@ -1,21 +1,9 @@
-"""Step micro-benchmark (`orthrus-rag-bench workload=steps`): fixed step shapes timed three ways.
+"""Step micro-benchmark (`orthrus-rag-bench workload=steps`): fixed step shapes through the model runner and through
+transformers; what each column is: docs/benchmarks.md (Engine steps).
 
-- `engine_ms`: one engine step of that shape through the model runner (packing, forward with the paged attention,
-  batched sampling of the rows that sample), the KV context already in the cache;
-- `hf_ms`: one plain transformers forward (its default attention, no KV cache) over the same number of tokens in
-  one row, with the output layer over as many rows as the step samples (one per decode and per prefill chunk);
-- `hf_cached_ms`: the same rows through transformers with a `DynamicCache` already holding each row's context
-  (the decodes as one batch, the prefill chunk alone, the embedding chunks as one batch without a cache): the
-  arithmetic anchor, the cost of the same work over contiguous caches;
-- `attention_share`: the part of the engine step spent inside the attention function (KV writes and attention
-  over the paged cache), timed around every layer's call;
-- `floor_ms`: the weight-read floor, the generator's weight bytes over the read bandwidth measured here.
-
-Each figure is the median of `repeats` timed steps after `warmup` untimed ones, at each thread count. With
-`profile`, each shape's engine step also runs `repeats` times under `torch.profiler`, and its `profile` lists the
-`PROFILE_TOP` operators with the most self CPU time, in ms per step.
-bench.json: `{"workload": "steps", "steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share",
-"floor_ms"[, "profile"]}}}, ...}`.
+`engine_ms` is one engine step of that shape through the model runner (packing, forward with the paged attention,
+batched sampling of the rows that sample), the KV context already in the cache. bench.json: `{"workload": "steps",
+"steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share", "floor_ms"[, "profile"]}}}, ...}`.
 """
 from __future__ import annotations
 

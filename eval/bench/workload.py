@@ -1,9 +1,4 @@
-"""Benchmark workloads: the same seeded request list for every mode.
-
-A workload is a list of requests in issue order. The closed-loop driver hands them to C clients: a free client
-takes the next request, sends it and waits for the answer. The number of embed requests is exactly
-round(n * embed_share), shuffled among the generate requests by the seed, so every mode (and every rerun with the
-same seed) sees the same texts in the same order.
+"""Benchmark workloads: the same seeded request list, in issue order, for every mode (eval/bench/README.md).
 
 Texts are random words from a fixed vocabulary of short, common English words; each of them is one token for the
 SmolLM2 BPE tokenizer (with its leading space) and for MiniLM's WordPiece, so a text of k words is about k tokens.

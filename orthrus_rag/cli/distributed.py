@@ -1,14 +1,10 @@
-"""`orthrus-rag workers=N`: one experiment's questions spread over N Ray actors, merged back in question order.
+"""`orthrus-rag workers=N`: one experiment's questions spread over N Ray actors, merged back in question order
+(docs/serving.md#scaling-out).
 
-Each actor builds its own engine and the stack the run's plan describes, exactly as a local run does (the index is
-built once per machine and loaded by the others). Every actor first gets ready; then all answer at once,
-question i going to actor i % N, each `concurrency` questions at a time. The merged run has the local run's shape:
-answers in question order, the wall time of the answering phase (ready to last answer), and the engines' counters
-summed. A shard's answers are handed to `on_answer` as soon as the shard is done (the run's predictions log), and a
-shard whose actor dies is answered again by a surviving actor. Ray joins the cluster at `$RAY_ADDRESS` when set,
-else starts a local one; each actor reserves one CPU and, when the cluster has a GPU for every actor and
-runtime.device is not cpu, one GPU. With runtime.num_threads null each actor's engine takes cores / N torch threads
-(at least one), so the actors of one machine do not oversubscribe it.
+Each actor builds its own engine and the stack the run's plan describes, as a local run does (the index built once
+per machine, loaded by the others); once every actor is ready, all answer at once, each `concurrency` questions at a
+time. The merged RunOutput has the local run's shape, its wall time that of the answering phase (ready to last
+answer).
 """
 from __future__ import annotations
 

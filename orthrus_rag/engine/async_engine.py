@@ -152,7 +152,6 @@ class AsyncEngine:
     # ---- plumbing -------------------------------------------------------------------------------------------
     @staticmethod
     async def _result(outputs: AsyncIterator[StepOutput]):
-        """The final result of a submitted request."""
         async for delta in outputs:
             if delta.finished:
                 return delta.result

@@ -4,20 +4,10 @@ implementation.
 transformers runs its own model code (projections, RoPE, MLP, norms) over one flat row of packed tokens; for each
 attention layer it calls `paged_attention` with the step's `AttentionMetadata` (the keyword argument
 `orthrus_meta`). The function writes every row's K/V into the cache (chunks that keep no KV use scratch slots), then
-attends each sequence to its own keys only, where the cache holds them:
-
-- `vllm_cpu` (CPU, the default where vLLM's CPU kernels load, see vllm_cpu.py): one fused call per layer reads every
-  sequence's keys through its block table, decodes and chunks alike. The cache keeps the model's dtype.
-- `sdpa_in_place` (CPU without those kernels, and CUDA without flash-attn): a sequence's block table is cut into
-  runs of consecutive blocks; each run is a view of the cache (no copy). The query heads that share a KV head are
-  folded into the query axis, so a decode is one (group x 1) query per KV head. One run: one
-  `scaled_dot_product_attention` call. Several runs (a shared prefix, a fragmented pool): one fused call per run
-  (torch's flash kernel on CPU, its memory-efficient kernel on CUDA), each returning its log-sum-exp, merged exactly
-  (softmax over the union of the runs). No query meets another sequence's keys or padding. On CPU the cache and the
-  attention math are float32 here (torch's bfloat16 CPU kernel is several times slower for small queries); weights
-  and activations elsewhere keep the model's dtype.
-- `flash_attn_paged` (CUDA with `flash_attn` importable and `block_size` a multiple of 256, flash-attn 2's page
-  size): the packed queries and the cache's pages go to `flash_attn_varlen_func` with each sequence's block table.
+attends each sequence to its own keys only, where the cache holds them, with one of three backends: `vllm_cpu`
+(vllm_cpu.py), `sdpa_in_place` (on CPU its cache and attention math are float32; weights and activations elsewhere
+keep the model's dtype) or `flash_attn_paged`. How each works and where it runs: docs/engine.md ("Attention over
+the paged cache").
 """
 from __future__ import annotations
 

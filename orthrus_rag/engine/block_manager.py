@@ -1,12 +1,9 @@
 """Paged KV cache bookkeeping: a pool of fixed-size blocks, block tables, reference counts and prefix caching.
 
-A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`.
-With prefix caching, every full block of a generation sequence is named by a hash chain over its tokens
-(SHA-256 of the previous block's digest and this block's token ids), so two different prefixes never share a name.
-A later sequence whose prompt starts with the same full blocks shares them (reference count + 1) instead of
-recomputing them. Blocks whose count drops to zero go back to the free list but keep their hash, so they can still
-be hit until they are reused: the free list is kept in LRU order and the least recently freed block is reused
-(evicted) first.
+A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`. With prefix
+caching, every full block of a generation sequence is named by a SHA-256 chain over its tokens (`block_digest`) and
+shared by reference count; a block whose count drops to zero keeps its name and can still be hit until it is reused,
+least recently freed first (docs/engine.md).
 """
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The synchronous engine core: `add_request` queues work, `step` runs one heterogeneous batch.
-
-One step: the scheduler picks rows (decodes, unfinished chunks, new work by the composition policy); the model
-runner packs the generator rows into one forward pass; the co-located embedder runs its share; generation rows are
-sampled, embedding rows pooled; finished requests release their KV blocks at once.
-"""
+"""The synchronous engine core: `add_request` queues work, `step` runs one heterogeneous batch (what a step does:
+docs/engine.md)."""
 from __future__ import annotations
 
 import itertools

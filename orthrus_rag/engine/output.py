@@ -39,7 +39,6 @@ def generate_output(seq: Sequence) -> GenerateOutput:
 
 
 def embed_output(seq: Sequence, vector: torch.Tensor) -> EmbedOutput:
-    """The finished embedding's result."""
     seq.timings.finished = time.perf_counter()
     return EmbedOutput(seq.request_id, vector.float().cpu().numpy(), seq.num_tokens, seq.timings)
 

@@ -2,29 +2,9 @@
 
 The scheduler first places running decodes and unfinished chunks, then asks the policy, request by request, which
 queue the next new request comes from (`choose`) and how many more new-work tokens the step may take (`room`).
-
-- `fcfs`: class-blind; the oldest waiting request first.
-- `weighted`: smooth weighted round-robin between the embed and generate queues (`runtime.weights`).
-- `alternating`: a step holds one kind only (the baseline that never mixes); kinds alternate when both wait.
-- `adaptive` (default): fills the step's budget and splits its new work by backlog; with a step-time target set,
-  sizes steps that hold decodes by time. Step time is modelled as t = a + c_g * n for n generator tokens (a
-  least-squares line over exponentially weighted past steps), and c_e is the embedder's seconds per token measured
-  the same way. With B = `max_num_batched_tokens`, T = `step_time_target_s` and U the tokens already placed
-  (decodes, running chunks):
-
-      cap      = max(min_new, (T - a - c_g * U) / c_g)   if T is set and the step holds decodes, else B
-      P_e      = waiting embed tokens (embedder tokens weighted by c_e / c_g),  P_g = waiting prompt tokens
-      share_e  = max(P_e / (P_e + P_g), s_min)  if P_e > 0 else 0
-      quota_e  = cap * share_e,  quota_g = cap - quota_e
-
-  Embedding requests ride along while their quota lasts; left-over room goes to whichever queue still waits (work
-  conserving). The queues drain in proportion to their backlog, so a burst of one kind cannot starve the other.
-  Embeddings are short, finish in one step and sit on the critical path of iterative pipelines (the next
-  generation waits for the retrieval), so while any wait they get at least s_min = `embed_min_share` of the room.
-  The time target trades throughput for decode latency: every step pays the fixed cost a, so where a is large
-  against T (float32 on a small CPU) it splits new work into many small steps and the queues drain slower than
-  with full steps. It is off by default (null); set it where full steps make decodes wait too long and the
-  hardware still meets T with room for new work.
+The four policies (`fcfs`, `weighted`, `alternating` and `adaptive`, the default) and `adaptive`'s step-time
+model and quotas are described in docs/engine.md ("Composition policies"); the code below uses its symbols
+(`cap`, `quota`, `min_new`, `c_g`).
 """
 from __future__ import annotations
 

@@ -40,7 +40,6 @@ class StepLog:
         self._next_id = 1
 
     def next_id(self) -> int:
-        """The id the next record will get."""
         return self._next_id
 
     def append(self, record: StepRecord) -> None:

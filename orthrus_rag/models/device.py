@@ -12,8 +12,8 @@ DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.f
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "auto") -> torch.dtype:
-    """'auto' is the machine's fast type: bfloat16 on GPUs and on CPUs with AMX or AVX512-BF16 (2-3x faster than
-    float32 there), float32 on other CPUs (where a bf16 matrix product was ~10x slower than float32)."""
+    """'auto' is the machine's fast type: bfloat16 on GPUs and on CPUs with AMX or AVX512-BF16, float32 on other CPUs
+    (the speeds: docs/engine.md, docs/experiments.md)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
@@ -25,7 +25,7 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "auto")
 
 
 def native_bf16(device: torch.device) -> bool:
-    """Whether bf16 matrix products are native on `device` (on an AVX2-only CPU they were ~10x slower than fp32)."""
+    """Whether bf16 matrix products are native on `device` (not on an AVX2-only CPU: docs/engine.md)."""
     return device.type != "cpu" or cpu_has_bf16()
 
 

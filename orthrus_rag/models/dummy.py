@@ -1,8 +1,7 @@
-"""Dummy models: the shapes of real models with random weights, for speed measurements without downloads.
+"""Dummy models: the shapes of real models with random weights, for speed measurements without downloads (the
+shipped shapes: docs/benchmarks.md).
 
-As vLLM's `load_format=dummy`, a dummy model has the architecture and size of a real one and random weights, so
-it runs at the real model's speed and its outputs mean nothing. Shapes ship as small config files under
-`orthrus_rag/models/configs/<shape>/`, named `dummy:<shape>`, all with the SmolLM2 tokenizer shipped in
+`dummy:<shape>` names a config folder `orthrus_rag/models/configs/<shape>/`, used with the SmolLM2 tokenizer of
 `configs/tokenizer/` (vocabularies are sized to fit it):
 
 - generators (`config.json`): built in memory on the target device and dtype, never written to disk;
@@ -11,9 +10,8 @@ it runs at the real model's speed and its outputs mean nothing. Shapes ship as s
 - LoRA adapters (`adapter_config.json`): random LoRA weights written once into the cache, shaped from the base
   model named by `base_model_name_or_path`.
 
-`resolve_dummy(name, resolve)` gives the folder (config, tokenizer and, where written, weights) that the loaders and
-transformers' `AutoTokenizer` read. `load_format=dummy` also applies to any local folder: its config with
-random weights (its own tokenizer when it has one).
+`load_format=dummy` also applies to any local folder: its config with random weights (its own tokenizer when it
+has one).
 """
 from __future__ import annotations
 

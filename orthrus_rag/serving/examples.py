@@ -1,8 +1,6 @@
 """Example questions with gold answers for the web page: the embedded demo set and a dataset the server was started
-with (`server.ui.dataset`), and the scoring of an answer against its example, as the evaluation scores it.
-
-Scores come from eval/metrics.py itself (EM, F1, Acc, gold-passage recall), so the page and `results.json` agree.
-"""
+with (`server.ui.dataset`), and the scoring of an answer against its example by eval/metrics.py itself, so the page
+and `results.json` agree."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,12 +1,7 @@
-"""Bounded requests on the API routes (`/v1/...`): a deadline per request and a limit on requests in flight per key.
-
-The deadline is `server.request_timeout_s`, shortened by a request's own `timeout` field (routes call
-`shorten_deadline`). Past it the route is cancelled, which aborts its engine request and frees its KV blocks, and the
-caller gets 504 with the OpenAI error body (a stream already started is cut off, after the grace a stream that ends
-itself with an error event asks for). Beyond `server.max_concurrent_per_key` requests in flight with one API key (or
-from one client address when the server has no key), a request gets 429. The read-only listings
-(`/v1/engine/steps`, `/v1/rag/pipelines`, `/v1/rag/examples`, `/v1/models`), which do no engine work and which the
-web page loads and polls while its questions run, are bounded by neither.
+"""Bounded requests on the API routes (`/v1/...`): a deadline per request (`server.request_timeout_s`, shortened by a
+request's own `timeout`: routes call `shorten_deadline`; past it the route is cancelled, which aborts its engine
+request, and answered 504) and at most `server.max_concurrent_per_key` requests in flight per key (429 beyond). The
+read-only listings (UNBOUNDED) are bounded by neither (docs/serving.md#bounded-requests).
 """
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The events of a streamed `/v1/rag` answer (`"stream": true`), in the order they come:
-
-    start                              once: the question and the pipeline answering it
-    call_start                         a retrieval or reasoning call begins (`call` numbers them from 0)
-    text                               a piece of a reasoning call's text, as the engine generates it
-    retrieval | reasoning              the call ended: passages with titles and scores / the whole text, tokens,
-                                       and where its time went
-    answer                             once, last: the non-streamed response's fields (answer, passages, trace),
-                                       the latency, the time line, and the score when the request named an example
-    error                              instead of `answer` when answering failed (the OpenAI error object)
-
-then `data: [DONE]`. Times are seconds since the question started.
-"""
+"""The events of a streamed `/v1/rag` answer (`"stream": true`): `start` first, the live events of
+orthrus_rag/rag/live.py, then `answer` or `error`, then `data: [DONE]`; their order and fields are tabled in
+docs/web.md#streamed-v1rag and published in /openapi.json."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -9,11 +9,9 @@ Ray Serve's router picks the replica of every call. Streams come back through `h
 the ingress stops waiting for (its client went away) is cancelled on its replica, and the engine there aborts the
 request. A replica that dies fails the calls it held with a 503 (`replica_unavailable`); Ray Serve starts a new one.
 
-`/metrics` and `/health`: the engine families (`orthrus_tokens`, `orthrus_running_requests`, ...) are the SUM over
-the live replicas. Each replica pushes its counters to a small stats actor every STATS_PERIOD_S; a replica silent for
-STATS_MAX_AGE_S no longer counts. More families: `orthrus_replicas` (replicas reporting), and with a `replica` label
-`orthrus_replica_running_requests` and `orthrus_replica_engine_steps`. A replaced replica's counters restart at zero.
-Each replica sends its new engine steps with its counters; `/v1/engine/steps` lists them by replica.
+`/metrics`, `/health` and `/v1/engine/steps` come from a stats actor (StatsBoard): each replica pushes its counters
+and new engine steps to it every STATS_PERIOD_S and the ingress polls it; the engine families are the SUM over the
+replicas heard from within STATS_MAX_AGE_S (docs/serving.md#scaling-out).
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""Batches of training pairs: random, or built around BM25 hard negatives.
+"""Batches of training pairs: random, or built around BM25 hard negatives (docs/embedding-adapter.md).
 
-In-batch negatives drawn at random are easy: 32 passages about unrelated things. `bm25_batches` builds each batch
-from groups instead: a seed pair, then pairs whose passages BM25 ranks highest for the seed's query but which are not
-relevant to it (the other John Smiths for the title "John Smith (footballer)", the other films of a director for a
-question about one of them). Every passage in a group is a hard negative for the seed's query and a training pair of
-its own, so the hard negatives cost no extra tokens (the way DPR used BM25 negatives, without a second passage a pair).
+In-batch negatives drawn at random are easy: 32 passages about unrelated things. In a `bm25_batches` group every
+passage is a hard negative for the seed's query and a training pair of its own, so the hard negatives cost no extra
+tokens (the way DPR used BM25 negatives, without a second passage a pair).
 """
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Contrastive LoRA training of an embedding adapter for a causal LM backbone.
-
-Objective: InfoNCE with in-batch negatives. Each batch holds B (query, passage) pairs; queries (with the query
-prefix) and passages (with the passage prefix) are pooled from the backbone's final-norm hidden states exactly as
-the engine pools backbone rows (orthrus_rag/training/pooled.py), normalised, and the loss is the cross-entropy of
-each query's cosine similarities to the B passages divided by the temperature, the true passage as the label
-(other passages relevant to the query, such as a question's second gold passage, are masked out). With a teacher
-embedder (`distill_from`), the loss adds KL(teacher || student) of each query's distribution over the same passages,
-the teacher's from its own embeddings of the raw texts (distillation of its similarities). Batches are
-random or built around BM25 hard negatives (orthrus_rag/training/batching.py). Only the LoRA weights train. The
-result is a PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) that `runtime.embedding_adapter`
-loads, with `training.json` (settings, data, losses, recall) and `loss.png` beside it.
+"""Contrastive LoRA training of an embedding adapter for a causal LM backbone: in-batch InfoNCE over (query, passage)
+pairs pooled exactly as the engine pools backbone rows (orthrus_rag/training/pooled.py), plus distillation from a
+teacher embedder when `distill_from` is set; only the LoRA weights train (the objective: docs/embedding-adapter.md).
+The result is a PEFT LoRA folder that `runtime.embedding_adapter` loads, with `training.json` and `loss.png` beside it.
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""Prompt templates and few-shot demonstrations, kept as plain files in this folder.
+"""Prompt templates and few-shot demonstrations, kept as plain files in this folder (pipelines/README.md).
 
 A prompt `NAME.txt` is a template with the fields {question}, {passages} and {demos}. Its demonstrations
 are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}, and {steps}: the
 reasoning as numbered lines) from a demo file such as `demos.jsonl`. As chat turns instead (`demo_turns`),
 each demonstration is a user turn (the prompt for its question and passages) and an assistant turn (the last
 field of `NAME.demo.txt`: its answer, reasoning or steps). A name may also be the path of a template file elsewhere.
-An optional `NAME.passage.txt` sets how each passage is shown (fields {number}, {title}, {text}; passages one a
-line, or separated by a blank line when the template has several lines); without it, "[1] Title: text".
+An optional `NAME.passage.txt` sets how each passage is shown (fields {number}, {title}, {text}; `format_passages`).
 """
 from __future__ import annotations
 

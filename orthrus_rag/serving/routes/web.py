@@ -1,5 +1,5 @@
 """The web page at `/` (server.ui.enabled): static files shipped in the package (orthrus_rag/serving/web), no build
-step. It uses the server's own API: /v1/rag (streamed), /v1/rag/pipelines, /v1/rag/examples, /v1/engine/steps."""
+step, using only the server's public API (docs/web.md)."""
 from __future__ import annotations
 
 from pathlib import Path
