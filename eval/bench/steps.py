@@ -73,11 +73,10 @@ def build_chunks(shape: StepShape, context: int, blocks: BlockManager, vocab: in
     rng, chunks = random.Random(seed), []
 
     def add(i: int, kind: str, n_prompt: int, computed: int, n: int, decode: bool = False, **params) -> None:
-        s = Sequence(f"{kind}{i}", kind, [rng.randrange(vocab) for _ in range(n_prompt)], RequestTimings(0.0), i,
+        prompt = [rng.randrange(vocab) for _ in range(n_prompt)]
+        output = [rng.randrange(vocab)] if decode else []  # a decode runs its last sampled token
+        s = Sequence(f"{kind}{i}", kind, prompt, RequestTimings(0.0), i, output_ids=output, num_computed=computed,
                      status=Status.RUNNING, **params)
-        s.num_computed = computed
-        if decode:  # its last sampled token is the one this step runs
-            s.output_ids.append(rng.randrange(vocab))
         if kind == "generate" and not blocks.allocate(s, n):
             raise UserError(f"the shape needs more KV blocks than the pool's {blocks.num_blocks}: lower its "
                              "decodes or context")
