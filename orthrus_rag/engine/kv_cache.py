@@ -1,7 +1,6 @@
 """The paged KV cache tensors: per layer one K and one V tensor of shape (num_slots, kv_heads * head_dim).
 
-Rows are flat: writing whole rows of a 2-D tensor is ~4x faster on CPU than rows of a 3-D one. A run of consecutive
-slots viewed as (n, kv_heads, head_dim) is what attention reads, in place (see attention.py).
+A run of consecutive slots viewed as (n, kv_heads, head_dim) is what attention reads, in place (see attention.py).
 
 Slots past the pool's blocks are scratch: chunks that keep no KV (one-chunk backbone embeddings) write there for
 the duration of their step, so every row of a step is attended the same way.
