@@ -18,9 +18,8 @@ Settings that depart from the paper, for comparison (each off by default):
 - `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
 
 The reader has demonstrations of its own (`reader_demos`, `reader_num_demos`), by default the chain's four worked
-examples with their answers only. With them the 135M reader answers with one of their made-up names in 27 of 120
-answers (three 40-question dev runs); given `standard_rag`'s two instead (`reader_demos: demos.jsonl`,
-`reader_num_demos: 2`), over the same passages, in 4 of 120, but fewer are right (20 against 24), so the default stays.
+examples with their answers only: with them the 135M reader sometimes answers with one of their made-up names, but
+more answers are right than with `standard_rag`'s two (docs/results.md, "IRCoT's reader demonstrations").
 
 Passage order: `best_last` (the default) lists the passages best last, nearest the question; `retrieval` lists
 them in the order they were retrieved, so each step's prompt extends the previous one and the engine's prefix
