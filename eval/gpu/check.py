@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from eval.gpu.parts import MIN_START_S, mixed_part, rag_part, steps_part, tests_part
-from eval.gpu.plan import DRY, FULL, Plan
+from eval.gpu.plan import Plan, load_plan
 from eval.gpu.report import render
 
 
@@ -74,7 +74,7 @@ class Check:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = DRY if args.dry_run else FULL
+    plan = load_plan("dry" if args.dry_run else "full")
     check = Check(plan, args.out, args.dry_run, args.budget or plan.budget_s)
     device = "cpu" if args.dry_run else "cuda"
     from eval.gpu.machine import machine_info
