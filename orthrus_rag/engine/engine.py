@@ -147,8 +147,9 @@ class LLMEngine:
             self.runner.synchronize()
         except Exception as err:
             return [self._fail(seq, err) for seq in sched.embedder_seqs], 0.0
+        emb_s = time.perf_counter() - start  # the embedder's run alone: the policy's cost model reads it
         return [self._contained(seq, self._finish_embedding, seq, vectors[seq.request_id])
-                for seq in sched.embedder_seqs], time.perf_counter() - start
+                for seq in sched.embedder_seqs], emb_s
 
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
