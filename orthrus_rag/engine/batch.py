@@ -16,10 +16,12 @@ class ScheduledChunk:
     num_tokens: int
     start: int = field(init=False)
     completes: bool = field(init=False)  # after this chunk the sequence samples (generate) or pools (embed)
+    is_decode: bool = field(init=False)  # the sequence's `is_decode` when scheduled
 
     def __post_init__(self) -> None:
         self.start = self.seq.num_computed
         self.completes = self.start + self.num_tokens == self.seq.num_tokens
+        self.is_decode = self.seq.is_decode
 
 
 @dataclass
@@ -39,7 +41,7 @@ class SchedulerOutput:
     def tokens_by_kind(self) -> dict[str, int]:
         counts = {"decode": 0, "prefill": 0, "embed": 0}
         for c in self.chunks:
-            kind = "embed" if c.seq.kind == "embed" else ("decode" if c.seq.output_ids else "prefill")
+            kind = "embed" if c.seq.kind == "embed" else ("decode" if c.is_decode else "prefill")
             counts[kind] += c.num_tokens
         counts["embed"] += sum(s.num_tokens for s in self.embedder_seqs)
         return counts

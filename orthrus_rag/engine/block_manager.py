@@ -28,7 +28,7 @@ class BlockManager:
         self.block_hash: list[bytes | None] = [None] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))  # LRU first
         self.cached: dict[bytes, int] = {}  # digest -> block id
-        self.hits = 0  # prefix-cache hits, in tokens
+        self.hits = 0  # prefix-cache hits, in tokens: counted by the scheduler when it admits a request
 
     @property
     def num_free(self) -> int:
@@ -44,10 +44,10 @@ class BlockManager:
         return True
 
     def acquire_prefix(self, seq: Sequence) -> int:
-        """Share the longest run of cached full blocks that starts the sequence (at least one token stays to run);
-        returns the number of tokens they hold."""
-        if not self.enable_prefix_caching or seq.block_table:
-            return len(seq.block_table) * self.block_size
+        """Share the longest run of cached full blocks that starts the sequence, whose table is empty (at least one
+        token stays to run); returns the number of tokens they hold."""
+        if not self.enable_prefix_caching:
+            return 0
         tokens = seq.token_ids[: seq.num_tokens - 1]
         parent = None
         for start in range(0, len(tokens) - self.block_size + 1, self.block_size):
@@ -60,7 +60,6 @@ class BlockManager:
             self.ref_counts[block] += 1
             seq.block_table.append(block)
             seq.block_hashes.append(parent)
-        self.hits += len(seq.block_table) * self.block_size
         return len(seq.block_table) * self.block_size
 
     def commit(self, seq: Sequence) -> None:
@@ -74,7 +73,7 @@ class BlockManager:
             h = block_digest(parent, tokens[i * self.block_size:(i + 1) * self.block_size])
             seq.block_hashes.append(h)
             block = seq.block_table[i]
-            if h not in self.cached and self.block_hash[block] is None:
+            if h not in self.cached:
                 self.cached[h] = block
                 self.block_hash[block] = h
 

@@ -3,7 +3,9 @@
 Order of placement: (1) running decodes, oldest first, so a long prefill never stalls them; (2) unfinished chunks
 of running prompts and backbone embeddings; (3) new requests, the composition policy choosing the queue. Long
 prompts and long backbone embedding inputs are cut into chunks across steps. A queue whose head cannot start
-(no KV blocks, no room) is passed over for the step, so the other kind still starts.
+(no KV blocks, no room) is passed over for the step, so the other kind still starts. A co-located embedding is
+never cut: one that costs more than the room the running work (1, 2) leaves runs over the budget, and the step then
+admits nothing more, so steady decodes cannot starve it and a step overruns by at most one embedding.
 
 The scheduler is the only owner of a sequence's life cycle (the engine reads results and asks it to finish):
 
@@ -135,24 +137,27 @@ class Scheduler:
 
     def _admit(self, out: SchedulerOutput, budget: Budget, view: QueueView) -> None:
         evicted = {s.request_id for s in out.preempted}
+        free = budget.tokens  # the room running work left
         while budget.seqs > 0 and budget.tokens > 0:
             kind = self.policy.choose(view)
             if kind is None:
                 break
             seq = next(iter(self.waiting[kind].values()))
             used = None if seq.request_id in evicted else \
-                self._admit_one(seq, out, budget, min(budget.tokens, self.policy.room(view)))
+                self._admit_one(seq, out, budget, min(budget.tokens, self.policy.room(view)), free)
             if used is None:  # this queue cannot start its head now: pass it over for this step
                 view.head_arrival[kind] = None
                 continue
             view.new_tokens[kind] += used
             view.head_arrival[kind] = self._head_arrival(kind)
 
-    def _admit_one(self, seq: Sequence, out: SchedulerOutput, budget: Budget, room: float) -> float | None:
-        """Start `seq` in this step; returns the budget it used, or None when it cannot start now."""
+    def _admit_one(self, seq: Sequence, out: SchedulerOutput, budget: Budget, room: float,
+                   free: float) -> float | None:
+        """Start `seq` in this step; returns the budget it used, or None when it cannot start now. A co-located
+        embedding (never chunked) that costs more than the room `free` running work left runs over the budget."""
         if not seq.on_backbone:
             cost = math.ceil(seq.num_tokens * self.policy.embed_ratio)
-            if cost > budget.tokens and (out.chunks or out.embedder_seqs):
+            if budget.tokens < cost <= free:  # new work took the room it fits in: wait for a later step
                 return None
             self._start(seq)
             out.embedder_seqs.append(seq)
@@ -166,7 +171,9 @@ class Scheduler:
             self._reset(seq)
             return None
         self._start(seq)
-        if seq.kind == "embed":
+        if seq.kind == "generate":
+            self.blocks.hits += seq.num_computed
+        else:
             seq.pool_state = PoolState(seq.pooling.pooling)
         out.chunks.append(ScheduledChunk(seq, n))
         budget.take(n)
@@ -193,5 +200,5 @@ class Scheduler:
             pending_tokens={k: pending(k) for k in KINDS},
             running={k: sum(1 for s in self.running.values() if s.kind == k) for k in KINDS},
             placed_tokens=out.num_backbone_tokens,
-            decodes=sum(1 for c in out.chunks if c.seq.is_decode),
+            decodes=sum(1 for c in out.chunks if c.is_decode),
         )

@@ -61,3 +61,34 @@ def test_preemption_takes_the_newest_and_never_readmits_in_the_same_step(make_en
             assert victim.request_id not in placed
             assert all(s.arrival_seq < victim.arrival_seq for s in survivors)
     assert preemptions > 0
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "fcfs", "weighted"])
+def test_a_colocated_embedding_larger_than_the_room_beside_decodes_runs_over_the_budget(make_engine, tiny_encoder_dir,
+                                                                                         monkeypatch, policy):
+    engine = make_engine(embedder=str(tiny_encoder_dir), embedder_token_cost=1.0, max_num_batched_tokens=32,
+                         policy=policy)
+    steps = _record_steps(engine, monkeypatch)
+    engine.add_request("g", list(range(1000, 1010)), SamplingParams(max_tokens=12, ignore_eos=True))
+    engine.step()  # g decodes from now on
+    for name in ("big", "big2"):  # 40 embedder tokens each: more than the budget left beside a decode
+        engine.add_request(name, list(range(2000, 2040)), PoolingParams())
+    for name in ("big", "big2"):  # one a step, beside g's decode
+        assert {(o.request_id, o.finished) for o in engine.step()} == {(name, True), ("g", False)}
+    assert all(out.num_backbone_tokens <= 32 and len(out.embedder_seqs) <= 1 for _, out in steps)
+    assert set(run_all(engine)) == {"g"}
+
+
+def test_prefix_hits_are_counted_once_when_the_request_starts(make_engine):
+    engine = make_engine(num_kv_blocks=16, block_size=4, max_num_batched_tokens=32)
+    prefix = list(range(1000, 1020))  # five full blocks
+    engine.add_request("c", prefix, SamplingParams(max_tokens=1, ignore_eos=True))
+    run_all(engine)
+    engine.add_request("a", list(range(2000, 2040)), SamplingParams(max_tokens=4, ignore_eos=True))  # holds 11 blocks
+    engine.add_request("b", prefix + list(range(3000, 3008)), SamplingParams(max_tokens=2, ignore_eos=True))
+    waited = 0
+    while engine.has_unfinished():
+        engine.step()
+        waited += "b" in engine.scheduler.waiting["generate"]
+    assert waited >= 2  # b's admission failed in several steps before it started
+    assert engine.get_stats()["prefix_cache_hit_tokens"] == 20

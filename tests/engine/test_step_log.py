@@ -40,3 +40,22 @@ def test_a_log_of_size_zero_keeps_nothing(make_engine):
     engine.add_request("g", "Hello", SamplingParams(max_tokens=3, temperature=0))
     run_all(engine)
     assert engine.stats.steps > 0 and engine.step_log.since() == []
+
+
+def test_a_recompute_after_preemption_is_counted_as_prefill(make_engine, monkeypatch):
+    engine = make_engine(num_kv_blocks=12, block_size=4, max_num_batched_tokens=64, step_log_size=1000)
+    decode_rows, real = [], engine.scheduler.schedule
+
+    def schedule():  # a decode row: one token that completes a sequence which already has output
+        out = real()
+        if not out.is_empty:
+            decode_rows.append(sum(c.seq.kind == "generate" and bool(c.seq.output_ids) and c.num_tokens == 1
+                                   and c.completes for c in out.chunks))
+        return out
+
+    monkeypatch.setattr(engine.scheduler, "schedule", schedule)
+    for name, first in (("a", 1000), ("b", 2000)):
+        engine.add_request(name, list(range(first, first + 16)), SamplingParams(max_tokens=20, ignore_eos=True))
+    run_all(engine)
+    assert engine.stats.preemptions > 0
+    assert [r.tokens["decode"] for r in engine.step_log.since()] == decode_rows
