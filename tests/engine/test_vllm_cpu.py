@@ -1,6 +1,8 @@
 """Loading vLLM's CPU kernels: the extension the CPU can run, the pinned version only, and a clear reason where they
 cannot be used; the backend choice that follows."""
 import importlib.metadata
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,8 +54,12 @@ def test_backend_choice(monkeypatch):
         choose_backend("vllm_cpu", cpu, 16, 64, torch.float32)
     with pytest.raises(InvalidRequestError, match="flash_attn_paged cannot run here: it runs on CUDA only"):
         choose_backend("flash_attn_paged", cpu, 256, 64, torch.float32)
-    with pytest.raises(InvalidRequestError, match="must be auto or one of"):
-        choose_backend("fast", cpu, 16, 64, torch.float32)
+
+
+def test_the_docs_name_the_head_sizes_the_kernels_take():
+    docs = (Path(__file__).parents[2] / "docs" / "engine.md").read_text(encoding="utf-8")
+    listed = re.search(r"a head size of ([\d, or]+) \(`HEAD_DIMS`", docs).group(1)
+    assert {int(n) for n in re.findall(r"\d+", listed)} == vllm_cpu.HEAD_DIMS
 
 
 @pytest.mark.skipif(vllm_cpu.unsupported(64, 16, torch.float32) is not None, reason="vLLM CPU kernels absent")

@@ -1,0 +1,37 @@
+"""EngineConfig.validate: a bad runtime value is an InvalidRequestError naming its key, before any model loads."""
+import math
+
+import pytest
+
+from orthrus_rag.engine import EngineConfig, InvalidRequestError, LLMEngine
+
+BAD = [
+    (dict(attention_backend="fast"), "attention_backend", "must be auto or one of"),
+    (dict(num_threads=0), "num_threads", "must be >= 1, or null"),
+    (dict(num_threads=-1), "num_threads", "must be >= 1, or null"),
+    (dict(max_model_len=-8), "max_model_len", "must be >= 1, or null"),
+    (dict(device="gpu"), "device", "must be auto, cpu, cuda or cuda:N"),
+    (dict(device="cuda:x"), "device", "must be auto, cpu, cuda or cuda:N"),
+    (dict(embedder_token_cost=-1.0), "embedder_token_cost", "must be > 0"),
+    (dict(embedder_token_cost=0.0), "embedder_token_cost", "must be > 0"),
+    (dict(embedder_token_cost=math.inf), "embedder_token_cost", "must be > 0"),
+    (dict(weights={"embeds": 5, "generation": 1}), "weights", r"takes the keys embed and generate only; got \['emb"),
+]
+
+
+@pytest.mark.parametrize("overrides,key,message", BAD)
+def test_a_bad_value_names_its_key(overrides, key, message):
+    config = EngineConfig(generator="/no/such/model", **overrides)
+    with pytest.raises(InvalidRequestError, match=f"runtime.{key} {message}") as error:
+        config.validate()
+    assert error.value.param == key
+    with pytest.raises(InvalidRequestError, match=f"runtime.{key}"):  # not the missing model
+        LLMEngine(config)
+
+
+@pytest.mark.parametrize("overrides", [dict(num_threads=None), dict(num_threads=1), dict(device="cpu"),
+                                       dict(device="cuda"), dict(device="cuda:1"), dict(max_model_len=1),
+                                       dict(embedder_token_cost=None), dict(embedder_token_cost=0.05),
+                                       dict(weights={"embed": 3}), dict(weights={"embed": 1, "generate": 0})])
+def test_good_values_pass(overrides):
+    EngineConfig(**overrides).validate()
