@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -194,9 +195,10 @@ class AsyncEngine:
         return self.engine.prepare(prompt, params)
 
     def _register(self, request_id: str | None, request: PreparedRequest) -> tuple[str, str]:
-        """A fresh engine key for the request, its command queued; the caller's id must not be in flight."""
+        """A fresh engine key for the request, its command queued; the caller's id must not be in flight. A request
+        without an id gets a random one, which no caller's id can be expected to equal."""
         key = f"req-{next(self._ids)}"
-        rid = key if request_id is None else request_id
+        rid = f"req-{uuid.uuid4().hex}" if request_id is None else request_id
         with self._lock:
             if self._dead is not None:
                 raise EngineDeadError(f"the engine is not running ({self._dead}); create a new one")

@@ -209,7 +209,11 @@ class LLMEngine:
             if not prompt.strip():
                 raise InvalidRequestError("the input is empty; send at least one non-blank character", "input")
             _check_unicode(prompt)
-            return self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
+            ids = self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
+            if not ids:
+                raise InvalidRequestError("the input has no tokens (the tokenizer drops every character in it); "
+                                          "send text with at least one word", "input")
+            return ids
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise InvalidRequestError("the input must be a non-empty string or a non-empty list of token ids", "input")
         vocab = self.vocab_size if on_backbone else self.embedder.vocab_size

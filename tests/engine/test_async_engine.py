@@ -83,6 +83,16 @@ async def test_caller_id_in_flight_is_refused_and_the_first_still_answers(engine
     assert again.request_id == "same"
 
 
+async def test_a_request_without_id_never_clashes_with_a_callers_id(engine):
+    ids = ["req-1", "req-2", "req-3"]  # what numbered engine keys would be
+    named = [asyncio.create_task(engine.generate("one", SamplingParams(max_tokens=30, ignore_eos=True),
+                                                 request_id=rid)) for rid in ids]
+    await until(lambda: all(rid in engine._keys for rid in ids))
+    anonymous = await asyncio.wait_for(engine.generate("two", SamplingParams(max_tokens=2)), 30)
+    assert anonymous.usage.completion_tokens == 2 and anonymous.request_id not in ids
+    assert [out.request_id for out in await asyncio.gather(*named)] == ids
+
+
 async def test_shutdown_answers_every_queued_command(tiny_llama_dir, monkeypatch):
     import time
 

@@ -35,6 +35,14 @@ def test_bad_request_is_refused_and_neighbours_finish(make_engine, prompt, param
     assert results["before"].usage.completion_tokens == 3
 
 
+@pytest.mark.parametrize("text", ["\u200b", "\u200b\u200b\u200b", "\x00\x01"])
+def test_text_the_embedder_turns_into_no_tokens_is_refused(make_engine, tiny_encoder_dir, text):
+    engine = make_engine(embedder=str(tiny_encoder_dir))
+    with pytest.raises(InvalidRequestError, match="the input has no tokens"):
+        engine.add_request("blank", text, PoolingParams())
+    assert not engine.requests
+
+
 def test_duplicate_request_id(make_engine):
     engine = make_engine()
     engine.add_request("a", "one", SamplingParams(max_tokens=2))
