@@ -53,7 +53,8 @@ def bm25_neighbours(pairs: list[Pair], depth: int) -> dict[str, list[str]]:
 def bm25_batches(pairs: list[Pair], size: int, group_size: int, seed: int, depth: int = 32) -> Iterator[list[Pair]]:
     """Endless seeded batches of `size` pairs made of groups of `group_size`: a seed pair (each pair seeds once an
     epoch, in a shuffled order) and one pair for each of its query's best BM25 hits that is not yet in the batch and
-    not relevant to any query in it. A group BM25 cannot fill stays smaller; the next seeds fill the batch."""
+    not relevant to any query in it. A group BM25 cannot fill stays smaller; the next seeds fill the batch. Raises
+    ValueError when a whole pass over the pairs fills no batch (too few distinct passages for `size`)."""
     rng = random.Random(seed)
     neighbours = bm25_neighbours(pairs, depth)
     relevant = relevant_passages(pairs)
@@ -64,6 +65,7 @@ def bm25_batches(pairs: list[Pair], size: int, group_size: int, seed: int, depth
         seeds = list(pairs)
         rng.shuffle(seeds)
         batch: list[Pair] = []
+        filled = False
         for seed_pair in seeds:
             if not _fits(seed_pair, batch, relevant):
                 continue
@@ -76,8 +78,18 @@ def bm25_batches(pairs: list[Pair], size: int, group_size: int, seed: int, depth
                     group.append(candidate)
             batch += group
             while len(batch) >= size:
+                filled = True
                 yield batch[:size]
                 batch = batch[size:]
+        if not filled:
+            raise ValueError(_unfillable(pairs, size))
+
+
+def _unfillable(pairs: list[Pair], size: int) -> str:
+    passages = len({p.passage_id for p in pairs})
+    return (f"bm25 batching: a pass over the {len(pairs)} training pairs ({passages} distinct passages) fills no "
+            f"batch of {size} pairs whose passages are distinct and not relevant to each other's queries; lower "
+            "train.batch_size or use train.batching=random")
 
 
 def _fits(pair: Pair, batch: list[Pair], relevant: dict[str, set[str]]) -> bool:

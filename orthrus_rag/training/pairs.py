@@ -117,8 +117,16 @@ def load_pairs(source: PairSource, seed: int = 0) -> list[Pair]:
 
 
 def split_pairs(pairs: list[Pair], held_out: int, seed: int) -> tuple[list[Pair], list[Pair]]:
-    """A seeded shuffle, then the last `held_out` pairs apart (for recall on pairs never trained on)."""
-    shuffled = list(pairs)
-    random.Random(seed).shuffle(shuffled)
-    cut = len(shuffled) - held_out
-    return shuffled[:cut], shuffled[cut:]
+    """Split by query, so no held-out query is trained on: the distinct queries in a seeded shuffle, the pairs of
+    queries from its end held out until at least `held_out` distinct pairs are (for recall on pairs never trained
+    on). Training keeps every other pair in order, repeats included; the held-out pairs are distinct."""
+    queries = list(dict.fromkeys(p.query for p in pairs))
+    random.Random(seed).shuffle(queries)
+    by_query: dict[str, list[Pair]] = {}
+    for pair in dict.fromkeys(pairs):
+        by_query.setdefault(pair.query, []).append(pair)
+    held: list[Pair] = []
+    while queries and len(held) < held_out:
+        held += by_query[queries.pop()]
+    kept = set(queries)
+    return [p for p in pairs if p.query in kept], held

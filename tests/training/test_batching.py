@@ -1,6 +1,8 @@
 """Training batches: random epochs, and BM25 groups whose hard negatives are never relevant to a query of the batch."""
 from itertools import islice
 
+import pytest
+
 from orthrus_rag.training import Pair
 from orthrus_rag.training.batching import bm25_batches, bm25_neighbours, random_batches, relevant_passages
 
@@ -45,3 +47,10 @@ def test_bm25_batches_start_groups_with_the_seed_and_its_best_hits():
             assert all(b.passage_id not in relevant[a.query] for j, b in enumerate(batch) if j != i)
     first = next(bm25_batches(pairs, size=8, group_size=4, seed=0))
     assert first[1].passage_id == neighbours[first[0].query][0]  # the seed's best non-relevant BM25 hit comes next
+
+
+def test_bm25_batches_refuse_pairs_that_cannot_fill_a_batch():
+    pairs = [Pair(f"question {i}", f"Title: topic {i}\ntext {i}", f"p{i}", "question") for i in range(20)] * 2
+    with pytest.raises(ValueError, match="20 distinct passages.*lower train.batch_size or use train.batching=random"):
+        next(bm25_batches(pairs, size=32, group_size=8, seed=0))
+    assert len(next(bm25_batches(pairs, size=16, group_size=8, seed=0))) == 16

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from orthrus_rag.rag.types import Passage
-from orthrus_rag.training.pairs import SLOT, PairSource, fill, load_pairs, question_templates, templated_title_pairs
+from orthrus_rag.training.pairs import (SLOT, Pair, PairSource, fill, load_pairs, question_templates, split_pairs,
+                                        templated_title_pairs)
 
 QUESTIONS = [
     {"question": "Which film came out first, 3 Dots or Dying God?", "gold_titles": ["3 Dots", "Dying God"],
@@ -77,3 +78,18 @@ def test_title_templates_need_questions_naming_their_titles(files, tmp_path):
     unnamed.write_text(json.dumps({"question": "Who?", "gold_titles": ["Alpha"], "corpus_ids": ["e"]}) + "\n")
     with pytest.raises(ValueError, match="title_templates: no question names one of its gold_titles"):
         load_pairs(PairSource(corpus=str(corpus), questions=str(unnamed), question_lines=1, title_templates=True))
+
+
+def test_split_holds_out_whole_queries_and_trains_on_the_rest_with_repeats():
+    titles = [Pair(f"title {i}", f"passage {i}", f"p{i}", "title") for i in range(30)]
+    comparisons = [Pair(f"A{i} or B{i}?", f"passage {j}", f"p{j}", "template") for i in range(5) for j in (i, i + 10)]
+    questions = [Pair(f"question {i}?", f"passage {i}", f"p{i}", "question") for i in range(8)] * 3
+    pairs = titles + comparisons + questions
+    train, held = split_pairs(pairs, held_out=12, seed=0)
+    held_queries = {p.query for p in held}
+    assert len(held) == len(set(held)) >= 12
+    assert not held_queries & {p.query for p in train}  # no held-out pair has a copy, or its query, in training
+    assert train == [p for p in pairs if p.query not in held_queries]  # repeats kept, in order
+    assert set(train) | set(held) == set(pairs)
+    assert split_pairs(pairs, held_out=12, seed=0) == (train, held)
+    assert split_pairs(pairs, held_out=0, seed=0) == (pairs, [])
