@@ -10,8 +10,10 @@ _LEADING_LABEL = re.compile(r"^\s*(?:final\s+answer|short\s+answer|answer|a)\s*[
 _PASSAGE_LABEL = re.compile(r"^\s*(?:\[\d+\]|\(\d+\)|\d+[.)])\s+")
 _TITLE_WORDS = 10
 _SHORT_ANSWER_WORDS = 6
-_YES_NO = re.compile(r"^(yes|no)(?:$|[\s]*[,.;:!\-])", re.IGNORECASE)
+# yes/no alone, or before , ; : ! - or a sentence end ("No. 5 Squadron" is a name, not an answer "no")
+_YES_NO = re.compile(r"^(yes|no)(?:$|\s*[,;:!\-]|\s*[.?](?=\s*$|\s+[^\W\d]))", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?=\s+[\"'(A-Z0-9]|\s*$)")
+_INITIALISM = re.compile(r"(?:[a-z]\.)+[a-z]?")  # "U.S" or "O.K" before its last dot
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "ft", "vs", "inc", "ltd", "co", "no", "prof",
                   "gen", "col", "lt", "sgt", "capt", "rev", "hon", "etc", "jan", "feb", "mar", "apr", "aug", "sep",
                   "sept", "oct", "nov", "dec"}
@@ -70,7 +72,8 @@ def _copied_title(line: str) -> str:
 
 
 def first_sentence(text: str) -> str:
-    """`text` up to its first sentence end, not fooled by initials ("J. R.") or abbreviations ("St.")."""
+    """`text` up to its first sentence end, not fooled by initials ("J. R."), initialisms ("U.S.") or abbreviations
+    ("St.")."""
     for match in _SENTENCE_END.finditer(text):
         if match.group() != "." or not _is_abbreviation(text[:match.start()]):
             return text[:match.end()]
@@ -80,7 +83,7 @@ def first_sentence(text: str) -> str:
 def _is_abbreviation(before: str) -> bool:
     words = before.split()
     word = words[-1].strip(_QUOTES + "(").lower() if words else ""
-    return len(word) == 1 or word in _ABBREVIATIONS
+    return len(word) == 1 or word in _ABBREVIATIONS or _INITIALISM.fullmatch(word) is not None
 
 
 def _first_line(text: str) -> str:

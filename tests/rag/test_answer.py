@@ -33,6 +33,13 @@ CASES = [
     ("So the answer is: J. R. R. Tolkien.", "J. R. R. Tolkien"),
     ("So the answer is: St. Louis, Missouri.", "St. Louis, Missouri"),
     ("So the answer is: Sammy Davis Jr.", "Sammy Davis Jr"),
+    ("O.K. Connery", "O.K. Connery"),
+    ("So the answer is: O.K. Connery.", "O.K. Connery"),
+    ("U.S. Navy", "U.S. Navy"),
+    ("So the answer is: U.S. Navy.", "U.S. Navy"),
+    ("No. 5 Squadron", "No. 5 Squadron"),
+    ("So the answer is: No. 5 Squadron.", "No. 5 Squadron"),
+    ("No. They were born in different countries.", "no"),
     ("Berlin\nBerlin is the capital of Germany.", "Berlin"),
     ("\n\nBerlin\n", "Berlin"),
     ("He was born in 1901. So the answer is: 1901.", "1901"),
@@ -71,6 +78,7 @@ def test_first_sentence_skips_initials_and_abbreviations():
     assert first_sentence("Born 3 Jan. 1900 in Rome. Died later.") == "Born 3 Jan. 1900 in Rome."
     assert first_sentence("Why? Because.") == "Why?"
     assert first_sentence("no end") == "no end"
+    assert first_sentence("He served in the U.S. Navy. Later he taught.") == "He served in the U.S. Navy."
 
 
 def test_clean_answer_keeps_inner_punctuation():
