@@ -16,7 +16,8 @@ from orthrus_rag.models.dummy import PREFIX, DummyModelError, is_dummy, resolve_
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """A model name is neither shipped nor an existing folder, or its package is not installed."""
+    """A model name is neither shipped nor a model folder, its package is not installed, or $ORTHRUS_RAG_STORE_DTYPE
+    names no dtype a converted model is stored in."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def resolve_adapter_path(name_or_path: str | os.PathLike) -> Path:
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
     """The local folder for a shipped model name (converting on first use), a dummy shape (`dummy:<shape>`,
-    see models/dummy.py) or an existing path."""
+    see models/dummy.py) or the path of a model folder (config.json or modules.json)."""
     key = str(name_or_path)
     if is_dummy(key):
         try:
@@ -107,11 +108,23 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
         return _converted(model)
     path = Path(key).expanduser()
     if path.is_dir():
-        return path.resolve()
+        return _model_folder(path.resolve())
     raise ModelNotFoundError(
         f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({PREFIX}<shape>) "
         f"nor an existing folder (tried {path.resolve()}). Give a shipped name or the path of a local transformers "
         "folder.")
+
+
+MODEL_FILES = ("config.json", "modules.json")  # a transformers folder, a sentence-transformers folder
+
+
+def _model_folder(path: Path) -> Path:
+    """`path` when it holds a model transformers or sentence-transformers loads."""
+    if not any((path / name).is_file() for name in MODEL_FILES):
+        raise ModelNotFoundError(
+            f"{path} is not a model folder: it holds neither config.json (a transformers model) nor modules.json (a "
+            "sentence-transformers model). Give the folder holding the model's files, or a shipped name.")
+    return path
 
 
 def installed(model: ShippedModel) -> bool:
@@ -172,7 +185,8 @@ def store_dtype(model: ShippedModel) -> str:
     forced = os.environ.get("ORTHRUS_RAG_STORE_DTYPE")
     if forced:
         if forced not in STORE_SUFFIX:
-            raise ValueError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}; got {forced!r}")
+            raise ModelNotFoundError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}, got "
+                                     f"{forced!r}: set one of those, or unset it to store as this machine suits")
         return forced
     return "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
 

@@ -24,6 +24,15 @@ def test_local_folder_resolves_to_itself(tiny_llama_dir):
     assert resolve_model_path(str(tiny_llama_dir)) == Path(tiny_llama_dir).resolve()
 
 
+def test_a_folder_without_a_model_is_refused(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError, match="is not a model folder: .*config.json.*modules.json") as error:
+        resolve_model_path(tmp_path)
+    assert str(tmp_path.resolve()) in str(error.value)
+    (tmp_path / "modules.json").write_text("[]")  # a sentence-transformers folder
+    assert resolve_model_path(tmp_path) == tmp_path.resolve()
+
+
 def test_shipped_names_are_case_insensitive(minilm_path):
     assert resolve_model_path("ALL-MiniLM-L6-v2") == minilm_path
 
@@ -92,7 +101,7 @@ def test_native_store_follows_the_machine_smollm2_stays_float32(monkeypatch, has
     monkeypatch.setenv("ORTHRUS_RAG_STORE_DTYPE", "float32")
     assert registry.store_dtype(QWEN05) == "float32"
     monkeypatch.setenv("ORTHRUS_RAG_STORE_DTYPE", "int8")
-    with pytest.raises(ValueError, match="ORTHRUS_RAG_STORE_DTYPE"):
+    with pytest.raises(ModelNotFoundError, match="ORTHRUS_RAG_STORE_DTYPE must be one of float32, bfloat16"):
         registry.store_dtype(QWEN05)
 
 
