@@ -17,6 +17,7 @@ import numpy as np
 from bm25s.tokenization import Tokenizer
 
 from indexes.corpus import corpus_fingerprint
+from indexes.faiss_index import check_corpus
 from orthrus_rag.rag.types import Passage
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its build notes reach the console
@@ -102,8 +103,10 @@ class BM25Index:
 
     @classmethod
     def load(cls, folder: str | Path, corpus: Sequence[Passage]) -> BM25Index:
+        """Read a saved index, refusing it (IndexMismatchError) when it was built over another corpus."""
         folder = Path(folder)
         manifest = BM25Manifest.load(folder)
+        check_corpus(folder, manifest.corpus_fingerprint, manifest.num_passages, corpus)
         retriever = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
         tokenizer = new_tokenizer()
         tokenizer.load_vocab(str(folder))

@@ -61,12 +61,17 @@ def _to_passage(row: Any, index: int, path: Path) -> Passage:
         raise CorpusFormatError(f"passage {index} of {path} is a {type(row).__name__}, expected an object")
     row_id = row.get("id", row.get("_id", index))
     if "text" in row:
-        return Passage(id=str(row_id), title=str(row.get("title", "")), text=str(row["text"]))
+        return Passage(id=str(row_id), title=_title(row, ""), text=str(row["text"]))
     if "contents" in row:
         title, text = _split_contents(str(row["contents"]))
-        return Passage(id=str(row_id), title=row.get("title", title), text=text)
+        return Passage(id=str(row_id), title=_title(row, title), text=text)
     raise CorpusFormatError(f"passage {index} of {path} has neither 'text' nor 'contents' "
                             f"(keys: {sorted(row)}); give id/title/text or contents='title\\ntext'")
+
+
+def _title(row: dict[str, Any], default: str) -> str:
+    """The row's title as text; `default` where it has none (no title, or a null one)."""
+    return default if row.get("title") is None else str(row["title"])
 
 
 def _split_contents(contents: str) -> tuple[str, str]:

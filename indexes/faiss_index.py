@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from indexes.corpus import corpus_fingerprint
-from indexes.manifest import IndexManifest
+from indexes.manifest import MANIFEST_FILE, IndexManifest
 from indexes.placement import faiss_module, place
 from indexes.torch_search import TorchFlatSearch
 from orthrus_rag.rag.types import Passage
@@ -76,10 +76,11 @@ class DenseIndex:
         return [dataclasses.replace(self.passages[i], score=float(s)) for i, s in zip(ids, scores) if i >= 0]
 
     def save(self, folder: str | Path) -> None:
-        """Write `index.faiss` (`vectors.npy` where faiss is missing) and `manifest.json` into `folder`."""
+        """Write `index.faiss` (`vectors.npy` where faiss is missing), then `manifest.json`, into `folder`; the old
+        manifest goes first, so a save cut short leaves no manifest over a missing or partial index."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        for name in (INDEX_FILE, VECTORS_FILE):
+        for name in (MANIFEST_FILE, INDEX_FILE, VECTORS_FILE):
             (folder / name).unlink(missing_ok=True)
         if isinstance(self.cpu_index, TorchFlatSearch):
             np.save(folder / VECTORS_FILE, self.cpu_index.numpy())
@@ -97,11 +98,7 @@ class DenseIndex:
         if manifest.embedder != expected_embedder:
             raise IndexMismatchError(f"index in {folder} was built with embedder {manifest.embedder!r}, not "
                                      f"{expected_embedder!r}: rebuild it or point to another index folder")
-        fingerprint = corpus_fingerprint(corpus)
-        if manifest.corpus_fingerprint != fingerprint or manifest.num_passages != len(corpus):
-            raise IndexMismatchError(f"index in {folder} was built over another corpus ({manifest.num_passages} "
-                                     f"passages, fingerprint {manifest.corpus_fingerprint}; given {len(corpus)}, "
-                                     f"{fingerprint}): rebuild it or point to another index folder")
+        check_corpus(folder, manifest.corpus_fingerprint, manifest.num_passages, corpus)
         if expected_embedding is not None and manifest.embedding != expected_embedding:
             raise IndexMismatchError(f"index in {folder} was embedded with {manifest.embedding}, not "
                                      f"{expected_embedding}: rebuild it with these embedder settings or point to "
@@ -109,8 +106,21 @@ class DenseIndex:
         return cls(_read_index(folder, manifest), corpus, manifest, device)
 
 
+def check_corpus(folder: Path, fingerprint: str, num_passages: int, corpus: Sequence[Passage]) -> None:
+    """An IndexMismatchError unless the index saved in `folder` (its manifest's corpus fingerprint and passage
+    count) was built over `corpus`."""
+    given = corpus_fingerprint(corpus)
+    if fingerprint != given or num_passages != len(corpus):
+        raise IndexMismatchError(f"index in {folder} was built over another corpus ({num_passages} passages, "
+                                 f"fingerprint {fingerprint}; given {len(corpus)}, {given}): rebuild it or point "
+                                 "to another index folder")
+
+
 def _read_index(folder: Path, manifest: IndexManifest):
     faiss = faiss_module()
+    if not any((folder / name).is_file() for name in (INDEX_FILE, VECTORS_FILE)):
+        raise IndexMismatchError(f"{folder} holds a manifest but no {INDEX_FILE} (or {VECTORS_FILE}): the index "
+                                 "was deleted or its save cut short; rebuild it or point to another index folder")
     if (folder / INDEX_FILE).is_file():
         if faiss is None:
             raise IndexMismatchError(f"the index in {folder} is a faiss file and faiss is not installed: "

@@ -77,6 +77,16 @@ def test_load_or_build_caches_and_rebuilds_for_another_corpus(tmp_path, monkeypa
     assert len(builds) == 3
 
 
+def test_load_refuses_another_corpus(tmp_path):
+    from indexes.faiss_index import IndexMismatchError
+
+    BM25Index.build(TOY).save(tmp_path)
+    assert BM25Index.load(tmp_path, TOY).search_text("Paris", 1)[0].id == "e"
+    for other in (TOY[::-1], TOY[:4]):
+        with pytest.raises(IndexMismatchError, match="another corpus"):
+            BM25Index.load(tmp_path, other)
+
+
 def test_empty_corpus_is_refused():
     with pytest.raises(ValueError, match="empty corpus"):
         BM25Index.build([])

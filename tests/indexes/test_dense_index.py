@@ -40,6 +40,14 @@ def test_load_refuses_a_changed_corpus(tmp_path, passages, vectors):
         DenseIndex.load(tmp_path, "fake-embedder", changed)
 
 
+def test_load_refuses_a_manifest_without_its_index_file(tmp_path, passages, vectors):
+    DenseIndex.build(vectors, passages, "fake-embedder").save(tmp_path)
+    for name in ("index.faiss", "vectors.npy"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with pytest.raises(IndexMismatchError, match="holds a manifest but no index.faiss"):
+        DenseIndex.load(tmp_path, "fake-embedder", passages)
+
+
 @pytest.mark.parametrize("factory", ["HNSW32", "IVF16,Flat", "IVF64,PQ8"])
 def test_approximate_factories_find_a_duplicate_first(factory, make_unit_rows):
     vectors = make_unit_rows(2000, 32, seed=2)

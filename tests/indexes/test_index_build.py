@@ -51,6 +51,31 @@ async def test_load_or_build_rebuilds_for_a_changed_corpus(tmp_path, passages):
     assert embed.calls == 5 + 2 and index.manifest.num_passages == 100
 
 
+@pytest.mark.parametrize("lost", ["index", "save cut short"])
+async def test_load_or_build_rebuilds_when_the_index_file_is_gone(tmp_path, passages, monkeypatch, lost):
+    from indexes.faiss_index import INDEX_FILE, VECTORS_FILE, DenseIndex
+
+    embed = FakeEmbedder()
+    first = await load_or_build(tmp_path, passages, embed, "fake")
+    if lost == "index":
+        for name in (INDEX_FILE, VECTORS_FILE):
+            (tmp_path / name).unlink(missing_ok=True)
+    else:  # the save failed after removing the old files, before writing the new ones
+        monkeypatch.setattr("indexes.faiss_index.np.save", _disk_full)
+        monkeypatch.setattr("indexes.faiss_index.faiss_module", lambda: SimpleNamespace(write_index=_disk_full))
+        with pytest.raises(OSError, match="disk full"):
+            first.save(tmp_path)
+        monkeypatch.undo()
+        assert not (tmp_path / "manifest.json").exists()
+    index = await load_or_build(tmp_path, passages, embed, "fake")
+    assert embed.calls == 10 and len(index.passages) == 300
+    assert DenseIndex.load(tmp_path, "fake", passages).manifest.num_passages == 300
+
+
+def _disk_full(*args):
+    raise OSError("disk full")
+
+
 async def test_bad_embed_many_output_is_reported(passages):
     async def wrong(texts):
         return np.zeros((1, 4), np.float32)

@@ -23,6 +23,16 @@ def test_jsonl_contents_and_missing_id(tmp_path):
     assert load_corpus(path) == [Passage("0", "Ana", "Ana lives by the river."), Passage("1", "Bo", "Bo sings.")]
 
 
+def test_a_missing_or_null_title_is_empty(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "title": None, "text": "Ana lives."},
+                                              {"id": "b", "text": "Bo sings."},
+                                              {"id": "c", "title": None, "contents": "Cy\nCy reads."},
+                                              {"id": "d", "title": None, "contents": "Dee writes."}])
+    passages = load_corpus(path)
+    assert [p.title for p in passages] == ["", "", "Cy", ""]
+    assert passages[0].formatted() == "Ana lives." and corpus_fingerprint(passages)
+
+
 def test_json_list_without_ids(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps([{"title": "Ana", "text": "x"}, {"title": "Bo", "text": "y"}]))
