@@ -4,12 +4,14 @@ A prompt `NAME.txt` is a template with the fields {question}, {passages} and {de
 are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}, and {steps}: the
 reasoning as numbered lines) from a demo file such as `demos.jsonl`. As chat turns instead (`demo_turns`),
 each demonstration is a user turn (the prompt for its question and passages) and an assistant turn (the last
-field of `NAME.demo.txt`: its answer, reasoning or steps). A name may also be the path of a template file elsewhere.
+field of `NAME.demo.txt`: its answer, reasoning or steps). A name may also be the path of a file elsewhere: a bare
+name is looked up in this folder first, so give your own files with a folder (`./mine.txt`) or an absolute path.
 An optional `NAME.passage.txt` sets how each passage is shown (fields {number}, {title}, {text}; `format_passages`).
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import string
 from collections.abc import Sequence
@@ -63,22 +65,23 @@ class PromptTemplate:
 
     def render_reply(self, demo: Demo) -> str:
         """What the assistant says in a demonstration: the value of the last field of the demo template."""
-        fields = [f for _, f, _, _ in string.Formatter().parse(self.demo_text) if f]
-        if not fields:
-            raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
+        fields = [f for _, f, _, _ in string.Formatter().parse(self._demo_template()) if f]
         replies = {"answer": demo.answer, "reasoning": format_reasoning(demo.reasoning, demo.answer),
                    "steps": format_steps(demo.reasoning, demo.answer)}
-        if fields[-1] not in replies:
+        if not fields or fields[-1] not in replies:
             raise ValueError(f"{self.name}.demo.txt must end with {{answer}}, {{reasoning}} or {{steps}}")
         return replies[fields[-1]]
 
     def render_demo(self, demo: Demo, passage_words: int = 60) -> str:
-        if not self.demo_text:
-            raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
-        return _fill(f"{self.name}.demo", self.demo_text, question=demo.question, answer=demo.answer,
+        return _fill(f"{self.name}.demo", self._demo_template(), question=demo.question, answer=demo.answer,
                      passages=format_passages(demo.passages, passage_words, self.passage_text),
                      reasoning=format_reasoning(demo.reasoning, demo.answer),
                      steps=format_steps(demo.reasoning, demo.answer))
+
+    def _demo_template(self) -> str:
+        if not self.demo_text:
+            raise ValueError(f"prompt {self.name!r} has no demo template ({self.name}.demo.txt); use no demos")
+        return self.demo_text
 
 
 def load_prompt(name: str) -> PromptTemplate:
@@ -102,12 +105,16 @@ def load_demos(name: str = "demos.jsonl", limit: int | None = None) -> list[Demo
 
 
 def format_passages(passages: Sequence[Passage], max_words: int = 60, template: str = "") -> str:
-    """Numbered passages, one a line ("[1] Title: text"), each cut to `max_words` words of text; or each shown
-    with `template` ({number}, {title}, {text}), separated by a blank line when the template has several lines."""
-    template = template or "[{number}] {title}: {text}"
-    shown = [template.format_map({"number": i, "title": p.title, "text": truncate_words(p.text, max_words)})
-             for i, p in enumerate(passages, 1)]
+    """Numbered passages, one a line ("[1] Title: text", "[1] text" without a title), each cut to `max_words` words
+    of text; or each shown with `template` ({number}, {title}, {text}), separated by a blank line when the template
+    has several lines."""
+    shown = [(template or _default_passage(p)).format_map(
+        {"number": i, "title": p.title, "text": truncate_words(p.text, max_words)}) for i, p in enumerate(passages, 1)]
     return ("\n\n" if "\n" in template else "\n").join(shown)
+
+
+def _default_passage(passage: Passage) -> str:
+    return "[{number}] {title}: {text}" if passage.title else "[{number}] {text}"
 
 
 def format_reasoning(sentences: Sequence[str], answer: str) -> str:
@@ -130,7 +137,11 @@ def truncate_words(text: str, max_words: int) -> str:
 
 
 def _find(name: str, suffix: str) -> Path:
-    candidates = [Path(name), PROMPT_DIR / name, PROMPT_DIR / (name + suffix)]
+    """A bare name from this folder first (then the working directory); a path (absolute, or with a folder in it)
+    as given."""
+    path = Path(name)
+    user_file = path.is_absolute() or "/" in name or os.sep in name
+    candidates = [path] if user_file else [PROMPT_DIR / name, PROMPT_DIR / (name + suffix), path]
     for path in candidates:
         if path.is_file():
             return path

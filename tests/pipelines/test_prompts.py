@@ -37,6 +37,11 @@ def test_passages_are_cut_to_a_word_limit():
     assert text == "[1] Some Title 0: word0 word1 word2 word3 word4 ..."
 
 
+def test_an_untitled_passage_is_shown_without_a_title():
+    shown = format_passages([Passage("1", "", "Oslo is a city."), Passage("2", "Bergen", "Bergen lies west.")])
+    assert shown == "[1] Oslo is a city.\n[2] Bergen: Bergen lies west."
+
+
 @pytest.mark.parametrize("name", DEMO_FILES)
 def test_demos_are_well_formed(name):
     demos = load_demos(name)
@@ -104,9 +109,10 @@ def test_a_prompt_file_by_path_with_its_demo_template(tmp_path):
     assert template.render("Why?", demos=[Demo("How?", "So.")]) == "Q: How?\nA: So.\nQ: Why?\nA:"
 
 
-def test_demos_need_a_demo_template():
-    with pytest.raises(ValueError, match="demo template"):
-        PromptTemplate("plain", "{question}").render("q", demos=[Demo("q", "a")])
+@pytest.mark.parametrize("demo_turns", [False, True])
+def test_demos_need_a_demo_template(demo_turns):
+    with pytest.raises(ValueError, match="has no demo template"):
+        PromptTemplate("plain", "{question}").messages("q", demos=[Demo("q", "a")], demo_turns=demo_turns)
 
 
 def test_prompt_files_are_shipped_next_to_the_loader():
@@ -142,3 +148,16 @@ def test_qwen_prompts_render_as_chat_turns(name):
     assert messages[-1]["content"].startswith("Passages" if "{passages}" in template.text else "Question: Who?")
     assert "Who?" in messages[-1]["content"] and "{" not in messages[-1]["content"]
     assert messages[1]["content"].endswith("Austria" if "cot" not in name else "So the answer is: Austria.")
+
+
+def test_a_bare_name_is_the_shipped_file_and_a_path_the_users(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    local = json.dumps({"question": "Local?", "answer": "Here", "passages": []}) + "\n"
+    for name in ("demos.jsonl", "mine.jsonl"):
+        (tmp_path / name).write_text(local)
+    (tmp_path / "qa_direct.txt").write_text("Local: {question}")
+    assert load_demos("demos.jsonl")[0].question != "Local?" and load_prompt("qa_direct").text != "Local: {question}"
+    assert load_demos("./demos.jsonl")[0].question == "Local?"
+    assert load_demos(str(tmp_path / "demos.jsonl"))[0].question == "Local?"
+    assert load_demos("mine.jsonl")[0].question == "Local?"  # not shipped: found where the command runs
+    assert load_prompt("./qa_direct.txt").text == "Local: {question}"
