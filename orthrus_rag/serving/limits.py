@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 from collections import Counter
 from dataclasses import dataclass, field
 
 from fastapi import Request
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orthrus_rag.serving.auth import has_key
 from orthrus_rag.serving.errors import APIError
 
 SCOPE_KEY = "orthrus_deadline"
@@ -54,8 +55,8 @@ class LimitsMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/") or scope["path"] in UNBOUNDED:
             return await self.app(scope, receive, send)
-        key = _client_key(scope)
-        if self.api_key is not None and not hmac.compare_digest(key.encode(), f"key:{self.api_key}".encode()):
+        key = self._client_key(scope)
+        if key is None:
             return await self.app(scope, receive, send)  # a wrong or missing key: 401 at once, nothing to bound
         if self.max_per_key is not None and self.in_flight[key] >= self.max_per_key:
             error = APIError(429, f"too many requests in flight for this key (server.max_concurrent_per_key="
@@ -69,6 +70,14 @@ class LimitsMiddleware:
             self.in_flight[key] -= 1
             if not self.in_flight[key]:
                 del self.in_flight[key]
+
+    def _client_key(self, scope: Scope) -> str | None:
+        """What requests are counted by: the server's API key (None: the request sends a wrong key or none), or the
+        client's address when the server has no key (a token sent to a keyless server counts for nothing)."""
+        if self.api_key is None:
+            client = scope.get("client") or ("?", 0)
+            return f"addr:{client[0]}"
+        return "key" if has_key(Headers(scope=scope).get("authorization", ""), self.api_key) else None
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         now = asyncio.get_running_loop().time()
@@ -105,12 +114,3 @@ class LimitsMiddleware:
                                   "server.request_timeout_s or the request's timeout) and was stopped; retry with a "
                                   "smaller max_tokens or a longer timeout", "timeout_error", code="request_timeout")
             await error.response()(scope, receive, send)
-
-
-def _client_key(scope: Scope) -> str:
-    """The bearer token when one is sent, else the client's address."""
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            return "key:" + value.decode("latin-1").partition(" ")[2].strip()
-    client = scope.get("client") or ("?", 0)
-    return f"addr:{client[0]}"

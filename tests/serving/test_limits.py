@@ -41,3 +41,57 @@ async def test_the_grace_does_not_outlast_itself():
     start = asyncio.get_running_loop().time()
     sent = await served(late_route(0.2, late_s=5.0), timeout_s=0.1)
     assert asyncio.get_running_loop().time() - start < 2 and len(sent) == 1  # cut at deadline + grace
+
+
+def held_route(release: asyncio.Event):
+    """Answers 200 once `release` is set: a request in flight until then."""
+    async def route(scope, receive, send):
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+    return route
+
+
+async def status(limits: LimitsMiddleware, address: str, authorization: str) -> int:
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        await asyncio.sleep(60)
+
+    scope = {"type": "http", "path": "/v1/completions", "client": (address, 1),
+             "headers": [(b"authorization", authorization.encode())]}
+    await limits(scope, receive, send)
+    return sent[0]["status"]
+
+
+async def until_in_flight(limits: LimitsMiddleware, count: int) -> None:
+    while sum(limits.in_flight.values()) < count:
+        await asyncio.sleep(0.01)
+
+
+async def test_without_a_server_key_requests_count_by_address_whatever_token_they_send():
+    release = asyncio.Event()
+    limits = LimitsMiddleware(held_route(release), None, 1, None)
+    first = asyncio.ensure_future(status(limits, "127.0.0.1", "Bearer a"))
+    await asyncio.wait_for(until_in_flight(limits, 1), 5)
+    assert await status(limits, "127.0.0.1", "Bearer b") == 429  # another token: the same client address
+    other = asyncio.ensure_future(status(limits, "127.0.0.2", "Bearer a"))  # the same token: another address
+    await asyncio.wait_for(until_in_flight(limits, 2), 5)
+    release.set()
+    assert (await first, await other) == (200, 200)
+
+
+async def test_with_a_server_key_its_holders_share_the_limit_and_others_are_not_counted():
+    release = asyncio.Event()
+    limits = LimitsMiddleware(held_route(release), None, 1, "k")
+    first = asyncio.ensure_future(status(limits, "127.0.0.1", "bearer k"))  # the scheme in any case, as auth.py
+    await asyncio.wait_for(until_in_flight(limits, 1), 5)
+    assert await status(limits, "127.0.0.2", "Bearer k") == 429
+    wrong = [asyncio.ensure_future(status(limits, "127.0.0.1", value)) for value in ("Bearer x", "Basic k", "k")]
+    await asyncio.sleep(0.05)
+    assert sum(limits.in_flight.values()) == 1  # passed on uncounted (the route's auth answers them 401)
+    release.set()
+    assert [await first, *[await task for task in wrong]] == [200, 200, 200, 200]
