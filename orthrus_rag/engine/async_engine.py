@@ -71,6 +71,7 @@ class AsyncEngine:
         self.engine = engine or LLMEngine(config or EngineConfig())
         self.config = self.engine.config
         self.tokenizer = self.engine.tokenizer
+        self.context_length = self.engine.runner.max_model_len  # prompt and output tokens together
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._waiters: dict[str, _Waiter] = {}  # engine key -> waiter
         self._keys: dict[str, str] = {}  # caller's request id -> engine key, while in flight

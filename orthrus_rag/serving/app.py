@@ -26,14 +26,15 @@ from orthrus_rag.serving.state import RagFn, ServerState
 
 
 def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag: RagFn | None = None, *,
-               owns_engine: bool = True) -> FastAPI:
-    """The app; on shutdown (after in-flight requests finish) it shuts the engine down when it `owns_engine`."""
+               examples: Examples | None = None, owns_engine: bool = True) -> FastAPI:
+    """The app; on shutdown (after in-flight requests finish) it shuts the engine down when it `owns_engine`.
+    `examples`: the web page's example questions, already loaded (None: loaded here, as `settings.ui` says)."""
     settings = settings or ServerSettings()
     cfg = engine.config
     generator = settings.served_model_name or served_name(cfg.generator)
     embedder = (settings.served_embedder_name or served_name(cfg.embedder)) if cfg.embedder else None
     state = ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag,
-                        Examples.load(settings.ui))
+                        Examples.load(settings.ui) if examples is None else examples)
     app = FastAPI(title="Orthrus-RAG", lifespan=_lifespan(state, owns_engine))
     app.state.server = state
     install_error_handlers(app)

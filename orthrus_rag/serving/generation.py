@@ -1,13 +1,16 @@
 """Shared by completions and chat: request fields to SamplingParams, and running or streaming one generation."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from orthrus_rag.engine import GenerateOutput, InvalidRequestError, SamplingParams
+from orthrus_rag.engine.async_engine import OFF_THREAD_CHARS
 from orthrus_rag.engine.output import StepOutput
+from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.requests import SamplingRequest
 from orthrus_rag.serving.responses import Usage
@@ -35,9 +38,29 @@ def check_model(state: ServerState, model: str | None) -> str:
     return state.generator_name
 
 
-def sampling_params(req: SamplingRequest, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+async def max_tokens_for(state: ServerState, prompt: Prompt, asked: int | None) -> int:
+    """The client's max_tokens, or else the server's default cut to the room the prompt leaves in the context; a
+    prompt that leaves no room is refused without blaming a max_tokens the client did not send."""
+    if asked is not None:
+        return asked
+    used = len(prompt) if isinstance(prompt, list) else len(await _tokenize(state.engine.tokenizer, prompt))
+    room = state.engine.context_length - used
+    if room < 1:
+        raise bad_request(f"the input ({used} tokens) leaves no room for output in the model's context length of "
+                          f"{state.engine.context_length} tokens; shorten the input", "input")
+    return min(state.settings.default_max_tokens, room)
+
+
+async def _tokenize(tokenizer, text: str) -> list[int]:
+    """As the engine tokenises a generator's prompt; a long text in a worker thread, off the event loop."""
+    if len(text) >= OFF_THREAD_CHARS:
+        return await asyncio.to_thread(tokenizer.encode, text)
+    return tokenizer.encode(text)
+
+
+def sampling_params(req: SamplingRequest, max_tokens: int) -> SamplingParams:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    params = SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
+    params = SamplingParams(max_tokens=max_tokens,
                             temperature=1.0 if req.temperature is None else req.temperature,
                             top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k, seed=req.seed,
                             stop=stop, ignore_eos=req.ignore_eos)

@@ -37,6 +37,7 @@ from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.engine.step_log import StepRecord, newer_than
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError
+from orthrus_rag.serving.examples import Examples
 from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
 from orthrus_rag.settings import UserError
@@ -103,12 +104,13 @@ def board_name(app_name: str) -> str:
 
 # ---- the ingress's engine -------------------------------------------------------------------------------------------
 class ReplicaClient:
-    """The engine as the routes see it (EngineLike, plus `stream_outputs`, `embedding_dim`, `config`), each call
-    forwarded to one engine replica through Ray Serve; also the Prometheus collector of the per-replica families."""
+    """The engine as the routes see it (EngineLike, plus `stream_outputs`, `embedding_dim`, `config`,
+    `context_length`), each call forwarded to one engine replica through Ray Serve; also the Prometheus collector of
+    the per-replica families."""
 
     def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any):
         self.handle, self.config, self.board = handle, spec.plan.engine, board
-        self.tokenizer, self._dims = info.tokenizer, info.embedding_dims
+        self.tokenizer, self._dims, self.context_length = info.tokenizer, info.embedding_dims, info.context_length
         self.replica_stats: dict[str, dict] = {}
         self._steps: dict[str, list[StepRecord]] = {}
 
@@ -210,8 +212,9 @@ class OpenAIIngress:
     """The ingress deployment: the project's FastAPI app over a ReplicaClient, built once every replica is up (so
     that a client who waits for /health finds them all)."""
 
-    def __init__(self, engine: DeploymentHandle, spec: ReplicaSpec, settings: ServerSettings, board: str):
-        self.engine, self.spec, self.settings, self.board = engine, spec, settings, board
+    def __init__(self, engine: DeploymentHandle, spec: ReplicaSpec, settings: ServerSettings, board: str,
+                 examples: Examples | None = None):
+        self.engine, self.spec, self.settings, self.board, self.examples = engine, spec, settings, board, examples
 
     async def __serve_build_asgi_app__(self):
         from orthrus_rag.serving.app import create_app
@@ -222,20 +225,24 @@ class OpenAIIngress:
         client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board)
         client.replica_stats = live
         self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
-        app = create_app(client, self.settings, client.rag if self.spec.rag else None, owns_engine=False)
+        app = create_app(client, self.settings, client.rag if self.spec.rag else None, examples=self.examples,
+                         owns_engine=False)
         app.state.server.metrics.registry.register(client)
         return app
 
 
 def logging_config(settings: ServerSettings) -> dict:
-    """server.log_level for Ray Serve's logs; one line per request (its access log) at info and debug, as uvicorn."""
-    level = settings.log_level.upper()
+    """server.log_level for Ray Serve's logs (uvicorn's `trace` as debug, the most Ray has); one line per request (its
+    access log) at info and debug, as uvicorn."""
+    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     return {"log_level": level, "enable_access_log": level in ("DEBUG", "INFO")}
 
 
-def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME):
+def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME,
+                examples: Examples | None = None):
     """The bound Ray Serve application: the ingress over `settings.replicas` engine replicas, each with
-    `server.num_cpus` torch threads unless runtime.num_threads is set."""
+    `server.num_cpus` torch threads unless runtime.num_threads is set; `examples` travel to the ingress as loaded
+    here (None: the ingress loads them as `settings.ui` says)."""
     spec = ReplicaSpec(spec.plan.sharing_cores(int(settings.num_cpus)), spec.rag)
     options = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
     engines = serve.deployment(ServeEngineReplica, name="EngineReplica", num_replicas=settings.replicas,
@@ -246,16 +253,17 @@ def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP
                                graceful_shutdown_timeout_s=settings.timeout_graceful_shutdown or 0)
     ingress = serve.deployment(serve.ingress()(OpenAIIngress), name="Ingress", ray_actor_options={"num_cpus": 0},
                                max_ongoing_requests=INGRESS_MAX_ONGOING, logging_config=logging_config(settings))
-    return ingress.bind(engines.bind(spec, board_name(app_name)), spec, settings, board_name(app_name))
+    return ingress.bind(engines.bind(spec, board_name(app_name)), spec, settings, board_name(app_name), examples)
 
 
-def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME) -> None:
+def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME,
+           examples: Examples | None = None) -> None:
     """Start Ray Serve's HTTP proxy on server.host:server.port and run the application (in a connected Ray)."""
     StatsBoard.options(name=board_name(app_name), namespace=NAMESPACE, lifetime="detached",
                        get_if_exists=True).remote()
     serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=logging_config(settings))
     try:
-        serve.run(application(spec, settings, app_name), name=app_name, route_prefix="/")
+        serve.run(application(spec, settings, app_name, examples), name=app_name, route_prefix="/")
     except RuntimeError as error:  # a replica failed to start
         raise UserError(f"the engine replicas did not start: {_failure(app_name) or error}") from error
 
@@ -280,14 +288,14 @@ def undeploy(app_name: str = APP_NAME) -> None:
         ray.kill(ray.get_actor(board_name(app_name), namespace=NAMESPACE))
 
 
-def serve_on_ray(spec: ReplicaSpec, settings: ServerSettings) -> None:
+def serve_on_ray(spec: ReplicaSpec, settings: ServerSettings, examples: Examples | None = None) -> None:
     """Join (or start) the Ray cluster, serve until SIGINT or SIGTERM, then delete the application."""
     from orthrus_rag.cluster import connect
 
     connect(settings.ray_address)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        deploy(spec, settings)
+        deploy(spec, settings, examples=examples)
         print(f"serving {settings.replicas} engine replicas on Ray Serve at http://{settings.host}:{settings.port} "
               "(Ctrl-C stops)", flush=True)
         while True:

@@ -15,7 +15,6 @@ from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, Sampl
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.rag import Answer
-from orthrus_rag.serving.errors import RagInputError
 from orthrus_rag.serving.state import RagFn
 from orthrus_rag.stack import StackPlan
 
@@ -35,6 +34,7 @@ class ReplicaInfo:
 
     tokenizer: Any  # the generator's tokenizer (its chat template renders chat prompts on the ingress)
     embedding_dims: dict[str | None, int]  # embedding size by PoolingParams.model: None and "backbone"
+    context_length: int  # the generator's, in tokens
 
 
 class EngineReplica:
@@ -55,7 +55,7 @@ class EngineReplica:
 
     def info(self) -> ReplicaInfo:
         dims = {model: self.engine.embedding_dim(model) for model in (None, "backbone")}
-        return ReplicaInfo(self.engine.tokenizer, dims)
+        return ReplicaInfo(self.engine.tokenizer, dims, self.engine.context_length)
 
     async def generate(self, prompt: Prompt, params: SamplingParams) -> GenerateOutput:
         return await self.engine.generate(prompt, params)
@@ -69,8 +69,7 @@ class EngineReplica:
         return await self.engine.embed(input, params)
 
     async def rag(self, question: str, pipeline: str | None) -> Answer:
-        if self._rag is None:
-            raise RagInputError("RAG is not enabled on this server (start it with server.rag.enabled=true)")
+        """Called by the ingress only when the spec serves RAG, on a replica whose constructor ran `start_rag`."""
         return await self._rag(question, pipeline)
 
     def check_health(self) -> None:

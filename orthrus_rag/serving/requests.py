@@ -15,6 +15,8 @@ MAX_INPUTS = 2048  # embedding inputs per request, as in the OpenAI API
 MAX_K = 50  # passages per retrieval a request may ask for
 MAX_STEPS = 16  # reasoning steps a request may ask for
 SEED_END = 2**64  # seeds are unsigned 64-bit integers; an exclusive bound, exact even as a JSON double
+MAX_STOP = 4  # stop strings per request, as in the OpenAI API (the engine checks each after every token)
+MAX_STOP_CHARS = 256  # characters per stop string (a stream holds back that much text while a stop may be starting)
 
 
 def _unicode(value: str) -> str:
@@ -28,13 +30,19 @@ def _unicode(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_unicode)]
-NonEmptyText = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
+StopText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS), AfterValidator(_unicode)]
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]  # ids past the vocabulary: a 400
 Count = Annotated[int, Field(ge=1)]
 
 
-class OpenAIRequest(BaseModel):
+class OpenAIObject(BaseModel):
+    """A JSON object of a request body, a request itself or one nested in it (a message, a content part)."""
+
     model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class OpenAIRequest(OpenAIObject):
+    """A request body: what every route's request may send."""
 
     timeout: float | None = Field(None, gt=0, allow_inf_nan=False,
                                   description="extension: seconds this request may take (server.request_timeout_s "
@@ -51,7 +59,7 @@ class EmbeddingRequest(OpenAIRequest):
     user: Text | None = None
 
 
-class StreamOptions(OpenAIRequest):
+class StreamOptions(OpenAIObject):
     include_usage: bool = False
 
 
@@ -59,12 +67,15 @@ class SamplingRequest(OpenAIRequest):
     """Fields shared by completions and chat completions."""
 
     model: Text | None = None
-    max_tokens: Count | None = Field(None, description="the prompt plus max_tokens must fit the context length")
+    max_tokens: Count | None = Field(None, description="the prompt plus max_tokens must fit the context length; null: "
+                                                       "server.default_max_tokens, or the room the prompt leaves in "
+                                                       "the context if that is less")
     temperature: float | None = Field(None, ge=0, allow_inf_nan=False, description="0 is greedy; null is 1.0")
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="extension: keep the k likeliest tokens; 0 switches the filter off")
     seed: int | None = Field(None, ge=0, lt=SEED_END)
-    stop: NonEmptyText | list[NonEmptyText] | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)] | None = Field(
+        None, description=f"up to {MAX_STOP} strings of up to {MAX_STOP_CHARS} characters each")
     n: int = Field(1, ge=1, le=1, description="one choice per request")
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -86,12 +97,12 @@ class CompletionRequest(SamplingRequest):
     suffix: Annotated[Text, Field(max_length=0)] | None = Field(None, description="not supported: unset or empty")
 
 
-class TextPart(OpenAIRequest):
+class TextPart(OpenAIObject):
     type: Literal["text"]
     text: Text
 
 
-class ChatMessage(OpenAIRequest):
+class ChatMessage(OpenAIObject):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
 

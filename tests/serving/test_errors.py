@@ -155,6 +155,10 @@ def test_lone_surrogate_is_400(server, path, field, body):
     ("/v1/completions", {"prompt": "hi", "stream": None}, "stream"),
     ("/v1/completions", {"prompt": "hi", "stream": "yes"}, "stream"),
     ("/v1/completions", {"prompt": "hi", "stop": [""]}, "stop"),
+    ("/v1/completions", {"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/completions", {"prompt": "hi", "stop": [f"~{i}" for i in range(5000)]}, "stop"),
+    ("/v1/completions", {"prompt": "hi", "stop": ["ok", "x" * 257]}, "stop"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stop": "x" * 257}, "stop"),
     ("/v1/completions", {"prompt": "hi", "logprobs": 5}, "logprobs"),
     ("/v1/completions", {"prompt": "hi", "echo": True}, "echo"),
     ("/v1/completions", {"prompt": "hi", "best_of": 3}, "best_of"),
@@ -202,13 +206,32 @@ def own_server(serve_app, make_engine):
 
 
 @pytest.mark.parametrize("extra", [{"seed": 2**64 - 1}, {"seed": 0}, {"top_k": 2**70}, {"temperature": 1e308},
-                                   {"stop": ["a", "b", "c", "d", "e"]}, {"logprobs": 0}, {"max_tokens": None},
+                                   {"stop": ["a", "b", "c", "x" * 256]}, {"logprobs": 0}, {"max_tokens": None},
                                    {"echo": False, "best_of": 1, "suffix": "", "n": 1}, {"top_p": 5e-324},
                                    {"top_p": 1e-300, "temperature": 1e-300}])
 def test_extreme_values_inside_the_schema_are_answered(own_server, extra):
     resp = post(own_server, "/v1/completions", {"prompt": "hi", "max_tokens": 3, **extra})
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_without_max_tokens_the_default_is_cut_to_the_room_the_prompt_leaves(server):
+    """The server's default_max_tokens is 16 and the context 512 tokens: a prompt of 500 leaves room for 12."""
+    def completion_tokens(body: dict) -> int:
+        resp = post(server, "/v1/completions", {**body, "ignore_eos": True})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["usage"]["completion_tokens"]
+
+    assert completion_tokens({"prompt": [100] * 100}) == 16
+    assert completion_tokens({"prompt": [100] * 500}) == 12
+    assert completion_tokens({"prompt": [100] * 500, "max_tokens": 3}) == 3
+    chat = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi " * 472}],
+                                                 "ignore_eos": True}).json()["usage"]
+    assert chat["prompt_tokens"] > 512 - 16 and chat["total_tokens"] == 512, chat
+    full = assert_error(post(server, "/v1/completions", {"prompt": [100] * 512}), 400, "input")
+    assert "max_tokens" not in full["message"] and "512" in full["message"]
+    asked = assert_error(post(server, "/v1/completions", {"prompt": [100] * 500, "max_tokens": 13}), 400, "input")
+    assert "max_tokens (13)" in asked["message"]
 
 
 def test_seed_past_64_bits_is_400_and_the_engine_keeps_serving(server):

@@ -124,3 +124,14 @@ def test_schema_documents_errors_and_no_422(published):
     assert (seed["type"], seed["minimum"], seed["exclusiveMaximum"]) == ("integer", 0, 2**64)
     stream = published["paths"]["/v1/completions"]["post"]["responses"]["200"]["content"]
     assert set(stream) == {"application/json", "text/event-stream"}
+
+
+def test_only_request_bodies_take_a_timeout_and_stop_is_bounded(published):
+    schemas = published["components"]["schemas"]
+    for name in ("ChatMessage", "StreamOptions", "TextPart"):  # nested objects: a `timeout` there would be ignored
+        assert "timeout" not in schemas[name]["properties"], name
+    for name in ("ChatCompletionRequest", "CompletionRequest", "EmbeddingRequest", "RagRequest"):
+        assert "timeout" in schemas[name]["properties"], name
+    stop = schemas["CompletionRequest"]["properties"]["stop"]["anyOf"]
+    assert {"type": "string", "minLength": 1, "maxLength": 256} in stop
+    assert next(s for s in stop if s.get("type") == "array")["maxItems"] == 4

@@ -10,7 +10,8 @@ from jinja2 import TemplateError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.rag.reasoner import apply_chat_template
 from orthrus_rag.serving.errors import bad_request
-from orthrus_rag.serving.generation import Call, check_model, new_call, open_stream, sampling_params, usage_of
+from orthrus_rag.serving.generation import (Call, check_model, max_tokens_for, new_call, open_stream, sampling_params,
+                                            usage_of)
 from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
 from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -28,7 +29,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request, state: 
     call = new_call("chatcmpl", check_model(state, req.model))
     prompt = render_chat(state.engine.tokenizer, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = sampling_params(req, max_tokens, state.settings.default_max_tokens)
+    params = sampling_params(req, await max_tokens_for(state, prompt, max_tokens))
     if req.stream:
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
     out = await state.engine.generate(prompt, params)
@@ -39,8 +40,6 @@ async def chat_completions(req: ChatCompletionRequest, request: Request, state: 
 def render_chat(tokenizer, messages: list[ChatMessage]) -> str:
     """The exact prompt text the generator sees for `messages` (the reasoner's rule: `apply_chat_template`); a
     conversation the chat template refuses (e.g. roles out of order) is a 400."""
-    if not messages:
-        raise bad_request("messages must hold at least one message", "messages")
     if tokenizer.chat_template is None:
         raise bad_request("the generator has no chat template; use /v1/completions", "messages")
     try:
