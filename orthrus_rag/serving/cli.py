@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
@@ -18,20 +20,32 @@ from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
 
+if TYPE_CHECKING:
+    from orthrus_rag.serving.examples import Examples
+
 APP = "orthrus-rag-serve"
 log = logging.getLogger("orthrus_rag.serving")
+T = TypeVar("T")
 
 
 def server_settings(cfg: DictConfig) -> ServerSettings:
-    values = OmegaConf.to_container(cfg.server, resolve=True)
+    """The `server` group, with how `/v1/embeddings` pools from the `embedder` group; a wrong value is a UserError
+    naming its key in its own group."""
     embedder = OmegaConf.to_container(cfg.embedder, resolve=True)
+    embedding = _checked("embedder", EmbeddingSettings.model_validate,
+                         {k: embedder[k] for k in ("pooling", "normalize", "model")})
+    values = {**OmegaConf.to_container(cfg.server, resolve=True), "embedding": embedding}
+    return _checked("server", ServerSettings.from_config, values)
+
+
+def _checked(group: str, build: Callable[[dict], T], values: dict) -> T:
+    """`build(values)`, its first validation error as a UserError naming the key under `group`."""
     try:
-        values["embedding"] = EmbeddingSettings(**{k: embedder[k] for k in ("pooling", "normalize", "model")})
-        return ServerSettings.from_config(values)
+        return build(values)
     except ValidationError as error:
         first = error.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise UserError(f"server.{key}: {first['msg']}, got {first.get('input')!r}") from error
+        key = ".".join(str(part) for part in (group, *first["loc"]))
+        raise UserError(f"{key}: {first['msg']}, got {first.get('input')!r}") from error
 
 
 def stack_plan(cfg: DictConfig, settings: ServerSettings) -> StackPlan:
@@ -48,7 +62,10 @@ def stack_plan(cfg: DictConfig, settings: ServerSettings) -> StackPlan:
 
 
 def run(cfg: DictConfig) -> None:
+    from orthrus_rag.serving.examples import Examples
+
     settings = server_settings(cfg)
+    examples = Examples.load(settings.ui)
     plan = stack_plan(cfg, settings)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key is None:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
@@ -59,11 +76,12 @@ def run(cfg: DictConfig) -> None:
         from orthrus_rag.serving.ray_serve import serve_on_ray
         from orthrus_rag.serving.replica import ReplicaSpec
 
-        return serve_on_ray(ReplicaSpec(plan, settings.rag.pipeline if settings.rag.enabled else None), settings)
-    run_single(plan, settings)
+        return serve_on_ray(ReplicaSpec(plan, settings.rag.pipeline if settings.rag.enabled else None), settings,
+                            examples)
+    run_single(plan, settings, examples)
 
 
-def run_single(plan: StackPlan, settings: ServerSettings) -> None:
+def run_single(plan: StackPlan, settings: ServerSettings, examples: Examples) -> None:
     """One engine in this process, under uvicorn; with RAG on, the index is built (or its cache loaded) before
     serving."""
     from orthrus_rag.serving.app import create_app
@@ -76,7 +94,7 @@ def run_single(plan: StackPlan, settings: ServerSettings) -> None:
     except BaseException:
         engine.shutdown()
         raise
-    serve(create_app(engine, settings, rag), settings)
+    serve(create_app(engine, settings, rag, examples=examples), settings)
 
 
 def main() -> None:

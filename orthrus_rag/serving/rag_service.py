@@ -29,12 +29,7 @@ class RagService:
     server's RAG callable. The route copies a pipeline with a request's own settings (k, max_steps) from here."""
 
     pipelines: dict[str, Pipeline]
-    default: str
-
-    def __post_init__(self) -> None:
-        if self.default not in self.pipelines:
-            raise ValueError(f"server.rag.pipeline {self.default!r} is not among server.rag.pipelines "
-                             f"{sorted(self.pipelines)}")
+    default: str  # one of `pipelines` (RagSettings checks server.rag.pipeline)
 
     def pipeline(self, name: str | None) -> Pipeline:
         name = name or self.default

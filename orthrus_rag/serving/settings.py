@@ -5,9 +5,11 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 API_KEY_ENV = "ORTHRUS_RAG_API_KEY"
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's levels
 
 
 class EmbeddingSettings(BaseModel):
@@ -26,9 +28,19 @@ class RagSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    pipeline: str = "standard_rag"  # used when a request names none
-    corpus: str | None = None  # a .jsonl/.json corpus; None: the embedded demo corpus
     pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> the pipeline's own settings
+    pipeline: str = "standard_rag"  # used when a request names none; one of `pipelines` (empty: it alone is served)
+    corpus: str | None = None  # a .jsonl/.json corpus; None: the embedded demo corpus
+
+    @field_validator("pipeline")
+    @classmethod
+    def _served(cls, pipeline: str, info: ValidationInfo) -> str:
+        """`pipelines` is declared first, so it is validated (or missing, when it is wrong) by now."""
+        served = info.data.get("pipelines")
+        if served and pipeline not in served:
+            raise PydanticCustomError("pipeline_not_served", "should be one of server.rag.pipelines {served}",
+                                      {"served": sorted(served)})
+        return pipeline
 
 
 class UiSettings(BaseModel):
@@ -49,10 +61,10 @@ class ServerSettings(BaseModel):
     port: int = Field(8000, ge=0, le=65535)
     api_key: str | None = None  # None: no key unless $ORTHRUS_RAG_API_KEY is set (see `from_config`)
     max_body_bytes: int = Field(1_048_576, ge=1)
-    default_max_tokens: int = Field(256, ge=1)  # when a request gives neither max_tokens nor max_completion_tokens
+    default_max_tokens: int = Field(256, ge=1)  # for a request without max_tokens (less if its prompt leaves less room)
     served_model_name: str | None = None  # None: derived from the generator's name or folder
     served_embedder_name: str | None = None  # None: derived from the embedder's name or folder
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     timeout_graceful_shutdown: float | None = 30.0  # seconds to let in-flight requests finish on shutdown
     request_timeout_s: float | None = Field(None, gt=0)  # a /v1 request's deadline (504 past it); None: none
     max_concurrent_per_key: int | None = Field(None, ge=1)  # /v1 requests in flight per API key (429 beyond)

@@ -10,8 +10,9 @@ from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.engine import EngineConfig
 from orthrus_rag.serving.cli import server_settings, stack_plan
 from orthrus_rag.serving.errors import RagInputError
-from orthrus_rag.serving.rag_service import build_rag
-from orthrus_rag.serving.settings import served_name
+from orthrus_rag.serving.rag_service import build_rag, pipeline_groups
+from orthrus_rag.serving.settings import ServerSettings, served_name
+from orthrus_rag.settings import UserError
 from tests.serving.conftest import rag_plan
 
 
@@ -70,13 +71,35 @@ def test_rag_serves_the_pipeline_group_entries_as_the_experiments_run_them():
     assert rag.pipelines["k15"]["name"] == "standard_rag" and rag.pipelines["k15"]["k"] == 15
 
 
-def test_server_settings_of_the_wrong_type_are_one_line_errors(monkeypatch, capsys):
+def test_server_settings_of_the_wrong_type_are_one_line_errors(monkeypatch, capsys, tmp_path):
+    """Each is refused before anything loads: the generator at /nowhere would fail otherwise."""
     from orthrus_rag.serving.cli import main
 
-    for override, key in (("server.port=abc", "server.port"), ("server.rag.pipelines.ircot.k=abc", "pipeline.k")):
+    not_questions = tmp_path / "passages.jsonl"
+    not_questions.write_text('{"id": "p1", "title": "T", "text": "a passage"}\n', encoding="utf-8")
+    for override, key in (("server.port=abc", "server.port"), ("server.rag.pipelines.ircot.k=abc", "pipeline.k"),
+                          ("server.log_level=verbose", "server.log_level"),
+                          ("server.rag.pipeline=nope", "server.rag.pipeline"),
+                          ("server.ui.dataset=/nowhere/questions.jsonl", "server.ui.dataset"),
+                          (f"server.ui.dataset={not_questions}", "server.ui.dataset"),
+                          ("embedder.pooling=max", "embedder.pooling")):
         monkeypatch.setattr("sys.argv", ["orthrus-rag-serve", override, "model.name=/nowhere"])
         with pytest.raises(SystemExit) as exit_info:
             main()
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.startswith(f"orthrus-rag-serve: error: {key}")
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("override,key", [("server.log_level=INFO", "server.log_level"),
+                                          ("server.rag.pipeline=self_ask", "server.rag.pipeline"),
+                                          ("embedder.normalize=maybe", "embedder.normalize")])
+def test_each_group_names_its_own_key(override, key):
+    with pytest.raises(UserError) as error:
+        server_settings(config(override))
+    assert str(error.value).startswith(f"{key}: "), error.value
+
+
+def test_the_default_pipeline_may_be_any_when_the_pipelines_are_not_listed():
+    settings = ServerSettings.from_config({"rag": {"pipeline": "ircot"}})
+    assert pipeline_groups(settings.rag) == {"ircot": {"name": "ircot"}}

@@ -7,7 +7,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends
 
 from orthrus_rag.serving.examples import DEMO
-from orthrus_rag.serving.rag_service import RagService
+from orthrus_rag.serving.rag_service import RagService, pipeline_groups
 from orthrus_rag.serving.responses import ExampleCard, ExampleList, PipelineCard, PipelineList
 from orthrus_rag.serving.state import ServerState, get_state
 
@@ -17,7 +17,7 @@ router = APIRouter()
 @router.get("/v1/rag/pipelines")
 async def list_pipelines(state: ServerState = Depends(get_state)) -> PipelineList:
     built = state.rag.pipelines if isinstance(state.rag, RagService) else None
-    groups = state.settings.rag.pipelines or {state.settings.rag.pipeline: {}}
+    groups = pipeline_groups(state.settings.rag)
     cards = [PipelineCard(name=name, settings=built[name].settings() if built and name in built else group)
              for name, group in groups.items()]
     return PipelineList(default=state.settings.rag.pipeline, pipelines=cards)
