@@ -2,26 +2,31 @@
 (docs/serving.md#scaling-out).
 
 Each actor builds its own engine and the stack the run's plan describes, as a local run does (the index built once
-per machine, loaded by the others); once every actor is ready, all answer at once, each `concurrency` questions at a
-time. The merged RunOutput has the local run's shape, its wall time that of the answering phase (ready to last
-answer).
+per machine, loaded by the others); once every actor is ready, question i goes to actor i mod N as one call, each
+actor answering `concurrency` questions at a time, and each answer is handed over as it completes. The RunOutput has
+the local run's shape, its wall time that of the answering phase (ready to last answer).
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
-from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
+from orthrus_rag.cli.answering import OnAnswer, RunOutput
 from orthrus_rag.cluster import connect, index_lock, summed_stats
 from orthrus_rag.models import usable_cores
+from orthrus_rag.rag import Answer
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
 
 
 class ExperimentWorker:
-    """One engine and the stack built on it in a Ray actor (async: the engine's calls run on the actor's loop)."""
+    """One engine and the stack built on it in a Ray actor (async: the engine's calls run on the actor's loop),
+    answering one question a call, at most `concurrency` at once (None: no limit)."""
 
     def __init__(self, plan: StackPlan, concurrency: int | None):
-        self.plan, self.concurrency = plan, concurrency
+        self.plan = plan
+        self.slots = asyncio.Semaphore(concurrency) if concurrency else None
         self.engine = self.stack = None
 
     async def prepare(self) -> None:
@@ -29,8 +34,17 @@ class ExperimentWorker:
         with index_lock():
             self.stack = await self.plan.build(self.engine)
 
-    async def answer(self, questions: list) -> RunOutput:
-        return await answer_with(self.stack, questions, self.concurrency)
+    async def answer(self, question: str) -> Answer:
+        """The answer (or its error), with `queue_s` the time the question waited here for a slot."""
+        arrived = time.perf_counter()
+        async with self.slots or contextlib.nullcontext():
+            queued = time.perf_counter() - arrived
+            (answer,) = await self.stack.pipeline.run([question], concurrency=None, progress=False)
+        answer.queue_s = queued
+        return answer
+
+    def stats(self) -> dict:
+        return self.engine.stats()
 
     def shutdown(self) -> None:
         if self.engine is not None:
@@ -42,43 +56,48 @@ def answer_distributed(plan: StackPlan, questions: list, workers: int, concurren
     ray = connect(None)
     plan = plan.sharing_cores(usable_cores() // workers)
     gpus = int(plan.engine.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= workers)
-    actor = ray.remote(num_cpus=1, num_gpus=gpus)(ExperimentWorker)
+    # every question sent to an actor is taken in at once and waits for a slot there (counted in its queue_s)
+    actor = ray.remote(num_cpus=1, num_gpus=gpus, max_concurrency=len(questions) + 1)(ExperimentWorker)
     actors = [actor.remote(plan, concurrency) for _ in range(workers)]
     try:
         _get(ray, [a.prepare.remote() for a in actors])
         start = time.perf_counter()
-        shards, alive = _answer_shards(ray, actors, questions, on_answer)
+        answers, alive = _answer_each(ray, actors, [q.question for q in questions], on_answer)
         wall_s = time.perf_counter() - start
+        stats = summed_stats(_get(ray, [a.stats.remote() for a in alive]))
         _get(ray, [a.shutdown.remote() for a in alive])
     finally:
         for a in actors:
             ray.kill(a)
-    return merged(questions, [shards[i] for i in range(workers)], wall_s)
+    return RunOutput(questions, answers, wall_s, stats)
 
 
-def _answer_shards(ray, actors: list, questions: list, on_answer: OnAnswer | None) -> tuple[dict, list]:
-    """Shard i (questions[i::N]) on actor i; a shard whose actor died goes to a surviving one. Returns shard index
-    -> RunOutput, each shard's answers handed to `on_answer` (by index in `questions`) as it completes, and the
-    actors still alive."""
-    n, pending, done, alive = len(actors), {}, {}, list(actors)
-    for i, a in enumerate(actors):
-        pending[a.answer.remote(questions[i::n])] = (i, a)
+def _answer_each(ray, actors: list, questions: list[str], on_answer: OnAnswer | None) -> tuple[list, list]:
+    """Question i on actor i mod N, one call each; each answer handed to `on_answer` (with its index in
+    `questions`) as it completes, and the questions of an actor that died sent to a survivor. Returns the answers
+    in question order and the actors still alive."""
+    answers, alive, pending = [None] * len(questions), list(actors), {}
+
+    def send(i: int, actor) -> None:
+        pending[actor.answer.remote(questions[i])] = (i, actor)
+
+    for i in range(len(questions)):
+        send(i, actors[i % len(actors)])
     while pending:
         (ref,), _ = ray.wait(list(pending), num_returns=1)
-        i, a = pending.pop(ref)
+        i, actor = pending.pop(ref)
         try:
-            done[i] = _get(ray, [ref])[0]
-        except ray.exceptions.RayActorError:  # the actor died: its shard goes to a survivor
-            alive.remove(a)
+            answers[i] = _get(ray, [ref])[0]
+        except ray.exceptions.RayActorError:  # the actor died: its questions go to the survivors
+            if actor in alive:
+                alive.remove(actor)
             if not alive:
                 raise
-            survivor = alive[i % len(alive)]
-            pending[survivor.answer.remote(questions[i::n])] = (i, survivor)
+            send(i, alive[i % len(alive)])
             continue
-        for j, answer in enumerate(done[i].answers):
-            if on_answer is not None:
-                on_answer(i + j * n, answer)
-    return done, alive
+        if on_answer is not None:
+            on_answer(i, answers[i])
+    return answers, alive
 
 
 def _get(ray, refs: list) -> list:
@@ -89,11 +108,3 @@ def _get(ray, refs: list) -> list:
         if isinstance(error.cause, UserError):
             raise error.cause from None
         raise
-
-
-def merged(questions: list, shards: list[RunOutput], wall_s: float) -> RunOutput:
-    """The shards of `questions[i::N]` back in question order, the engines' counters summed."""
-    answers = [None] * len(questions)
-    for i, shard in enumerate(shards):
-        answers[i::len(shards)] = shard.answers
-    return RunOutput(questions, answers, wall_s, summed_stats([s.engine_stats for s in shards]))
