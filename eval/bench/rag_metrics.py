@@ -39,8 +39,7 @@ def call_stats(calls: list) -> dict[str, dict]:
     for kind in ("embed", "generate"):
         mine = [c for c in calls if c.kind == kind]
         lat = [c.done - c.sent for c in mine]
-        stats = {"n": len(mine), "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
-                 "mean_s": sum(lat) / len(lat) if lat else None}
+        stats = {"n": len(mine), **latency_stats(lat)}
         if kind == "generate":
             ttft = [c.ttft_s for c in mine if c.ttft_s is not None]
             tpot = [c.tpot_s for c in mine if c.tpot_s is not None]

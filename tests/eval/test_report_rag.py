@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from eval.bench.rag_metrics import goodput, latency_stats, ratios, time_share, timeline
+from eval.bench.rag import Call
+from eval.bench.rag_metrics import call_stats, goodput, latency_stats, ratios, time_share, timeline
 from eval.report import format_rag_table, main, merge_benches, write_rag_reports
 
 
@@ -13,6 +14,20 @@ def test_latency_stats_by_hand():
     assert s["p90_s"] == pytest.approx(4 + 6 * 0.6)   # rank 3.6 between 4 and 10
     assert s["p99_s"] == pytest.approx(4 + 6 * 0.96)  # rank 3.96
     assert latency_stats([])["p99_s"] is None
+
+
+def test_call_stats_by_hand():
+    calls = [Call("embed", 0.0, d) for d in (0.4, 0.1, 0.3, 0.2, 1.0)] + [
+        Call("generate", 1.0, 3.0, ttft_s=0.5, tpot_s=0.1, completion_tokens=4),
+        Call("generate", 2.0, 3.0, ttft_s=0.3, tpot_s=0.3, completion_tokens=2)]
+    stats = call_stats(calls)
+    assert stats["embed"] == {"n": 5, "p50_s": 0.3, "p90_s": pytest.approx(0.76), "p99_s": pytest.approx(0.976),
+                              "mean_s": pytest.approx(0.4)}  # sorted 0.1 .. 1.0: p90 at rank 3.6, p99 at 3.96
+    assert stats["embed"] == {"n": 5, **latency_stats([0.4, 0.1, 0.3, 0.2, 1.0])}
+    gen = stats["generate"]
+    assert (gen["n"], gen["p50_s"], gen["mean_s"], gen["completion_tokens"]) == (2, 1.5, 1.5, 6)
+    assert gen["ttft_p50_s"] == pytest.approx(0.4) and gen["tpot_mean_s"] == pytest.approx(0.2)
+    assert call_stats([])["embed"] == {"n": 0, "p50_s": None, "p90_s": None, "p99_s": None, "mean_s": None}
 
 
 def test_goodput_by_hand():
