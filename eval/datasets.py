@@ -20,6 +20,7 @@ from orthrus_rag.settings import UserError, typed
 DEV_SIZE = 300
 SPLITS = ("dev", "test", "all")
 ALIASES_FILE = "id_aliases.json"
+HF_PREFIX = "hf:"  # dataset.path=hf:<owner/name>: a Hugging Face dataset
 
 
 class DatasetError(ValueError):
@@ -47,22 +48,26 @@ def load_questions(path: str | Path, split: str = "test", limit: int | None = No
     """Questions from a `.jsonl` file, an official `.json` file, or a Hugging Face id (`hf:owner/name`).
     `aliases`: an id_aliases.json file; by default the one beside the question file, if any."""
     text = str(path)
-    if text.startswith("hf:"):
-        return add_aliases(load_hf_questions(text[3:], split, limit), load_aliases(aliases) if aliases else {})
+    if text.startswith(HF_PREFIX):
+        return add_aliases(load_hf_questions(text[len(HF_PREFIX):], split, limit),
+                           load_aliases(aliases) if aliases else {})
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"question file not found: {path} (give a .jsonl or .json file, "
-                                "or hf:<dataset id> for a Hugging Face dataset)")
-    if path.suffix == ".jsonl":  # one question object a line
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif path.suffix == ".json":
-        rows = read_official(path)
-    else:
-        raise DatasetError(f"unknown question file type {path.suffix!r} for {path}: use .jsonl or .json")
-    questions = [_to_question(row, path) for row in select_split(rows, split, limit)]
+    questions = [_to_question(row, path) for row in select_split(read_rows(path), split, limit)]
     beside = path.with_name(ALIASES_FILE)
     aliases = aliases if aliases is not None else (beside if beside.is_file() and beside != path else None)
     return add_aliases(questions, load_aliases(aliases)) if aliases else questions
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The question objects of a `.jsonl` file (one a line) or an official `.json` file, as they are."""
+    if not path.is_file():
+        raise FileNotFoundError(f"question file not found: {path} (give a .jsonl or .json file, "
+                                "or hf:<dataset id> for a Hugging Face dataset)")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if path.suffix == ".json":
+        return read_official(path)
+    raise DatasetError(f"unknown question file type {path.suffix!r} for {path}: use .jsonl or .json")
 
 
 def load_aliases(path: str | Path) -> dict[str, list[str]]:
@@ -172,25 +177,31 @@ def _fact_titles(facts: Any) -> list[str]:
 @dataclass
 class DatasetSpec:
     """The `dataset` group; `path` and `corpus` are made absolute (relative paths are from where the command was
-    run), null ones are the embedded demo set's."""
+    run; an `hf:<dataset id>` is kept as given), null ones are the embedded demo set's."""
 
     name: str
-    path: Path | None
-    corpus: Path | None
+    path: Path | str | None
+    corpus: Path | str | None
     split: str
     limit: int | None
 
     def __post_init__(self) -> None:
-        self.path = _absolute(self.path) if self.path else demo_questions_path()
-        self.corpus = _absolute(self.corpus) if self.corpus else demo_corpus_path()
+        self.path = data_source(self.path) if self.path else demo_questions_path()
+        self.corpus = data_source(self.corpus) if self.corpus else demo_corpus_path()
+        if self.limit is not None and self.limit < 0:
+            raise UserError(f"dataset.limit: expected null (every question of the split) or an integer >= 0, "
+                            f"got {self.limit}")
 
     @classmethod
     def from_config(cls, dataset: DictConfig) -> DatasetSpec:
         return typed(cls, dataset, "dataset")
 
 
-def _absolute(path: str) -> Path:
-    return Path(to_absolute_path(path)).resolve()
+def data_source(path: str | Path) -> Path | str:
+    """A question or corpus file made absolute (relative to where the command was run); `hf:<id>` as given."""
+    if str(path).startswith(HF_PREFIX):
+        return str(path)
+    return Path(to_absolute_path(str(path))).resolve()
 
 
 def read_questions(spec: DatasetSpec) -> list:

@@ -9,9 +9,14 @@ import re
 import string
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from orthrus_rag.settings import UserError, typed
+
+if TYPE_CHECKING:
+    from eval.datasets import DatasetSpec
 
 YES_NO = ("yes", "no", "noanswer")
 CI_KEYS = ("em", "f1", "acc", "acc_substring", "recall", "all_gold")
@@ -178,16 +183,34 @@ def scores_by_type(questions: Sequence, scores: Sequence[QuestionScores]) -> dic
     return {kind: {"n": len(group), **aggregate(group)} for kind, group in sorted(groups.items())}
 
 
-def extra_results(config: dict[str, Any], questions: Sequence, scores: Sequence[QuestionScores]) -> dict[str, Any]:
-    """The results.json keys beside `metrics`: `ci` (bootstrap intervals), `by_type`, `run` (machine, versions,
-    commit, date) and `data` (which questions out of how many, which corpus). `config` is the resolved run config;
-    its optional `metrics` group sets `bootstrap_resamples` and `bootstrap_seed`."""
+@dataclass(frozen=True)
+class MetricSettings:
+    """The optional `metrics` group (`+metrics.bootstrap_seed=1`): how the confidence intervals are drawn."""
+
+    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
+    bootstrap_seed: int = BOOTSTRAP_SEED
+
+    def __post_init__(self) -> None:
+        if self.bootstrap_resamples < 1:
+            raise UserError(f"metrics.bootstrap_resamples must be >= 1, got {self.bootstrap_resamples}")
+        if self.bootstrap_seed < 0:
+            raise UserError(f"metrics.bootstrap_seed must be >= 0, got {self.bootstrap_seed}")
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> MetricSettings:
+        """The run config's `metrics` group, checked (its defaults when there is none)."""
+        return typed(cls, cfg.get("metrics") or {}, "metrics")
+
+
+def extra_results(spec: DatasetSpec, questions: Sequence, scores: Sequence[QuestionScores],
+                  settings: MetricSettings = MetricSettings()) -> dict[str, Any]:
+    """The results.json keys beside `metrics`: `ci` (bootstrap intervals drawn as `settings` says), `by_type`,
+    `run` (machine, versions, commit, date) and `data` (which questions of the run's dataset `spec` out of how
+    many, which corpus)."""
     from eval.run_info import data_facts, environment
 
-    settings = config.get("metrics") or {}
-    resamples = int(settings.get("bootstrap_resamples", BOOTSTRAP_RESAMPLES))
-    seed = int(settings.get("bootstrap_seed", BOOTSTRAP_SEED))
+    resamples, seed = settings.bootstrap_resamples, settings.bootstrap_seed
     ci = {"level": CI_LEVEL, "method": "percentile bootstrap over questions", "resamples": resamples, "seed": seed,
           "bounds": bootstrap_ci(scores, resamples=resamples, seed=seed)}
     return {"ci": ci, "by_type": scores_by_type(questions, scores), "run": environment(),
-            "data": data_facts(config, len(questions))}
+            "data": data_facts(spec, len(questions))}

@@ -12,9 +12,10 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orthrus_rag.demo import demo_corpus_path, demo_questions_path
+if TYPE_CHECKING:
+    from eval.datasets import DatasetSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,27 +77,24 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 # ---- data -------------------------------------------------------------------------------------------------------
-def data_facts(config: dict[str, Any], answered: int) -> dict[str, Any]:
+def data_facts(spec: DatasetSpec, answered: int) -> dict[str, Any]:
     """Which questions (split, how many answered, the split's and the file's size) and which corpus (file, passage
-    count, fingerprint) the run read. Paths are resolved as the run resolved them (relative ones from where the
-    command ran, the demo files for nulls); sizes are None when unreadable."""
-    dataset = config.get("dataset") or {}
-    questions, corpus = dataset.get("path"), dataset.get("corpus")
-    questions_path = _absolute(demo_questions_path() if questions is None else questions)
-    corpus_path = _absolute(demo_corpus_path() if corpus is None else corpus)
-    return {"questions": {"file": _name(questions_path), "split": dataset.get("split"), "answered": answered,
-                          **question_counts(questions_path, dataset.get("split"))},
-            "corpus": {"file": _name(corpus_path), **corpus_facts(corpus_path)}}
+    count, fingerprint) the run read, from the run's `spec` (paths as the run resolved them); sizes are None when
+    unreadable."""
+    return {"questions": {"file": _name(spec.path), "split": spec.split, "answered": answered,
+                          **question_counts(spec.path, spec.split)},
+            "corpus": {"file": _name(spec.corpus), **corpus_facts(spec.corpus)}}
 
 
-def question_counts(path: str | Path | None, split: str | None) -> dict[str, int | None]:
+def question_counts(path: str | Path, split: str | None) -> dict[str, int | None]:
     """`split_size` (questions in the split) and `total` (questions in the file); None for Hugging Face ids."""
-    from eval.datasets import load_questions
+    from eval.datasets import HF_PREFIX, read_rows, select_split
 
-    if str(path).startswith("hf:"):
+    if str(path).startswith(HF_PREFIX):
         return {"split_size": None, "total": None}
     try:
-        return {"split_size": len(load_questions(path, split or "all")), "total": len(load_questions(path, "all"))}
+        rows = read_rows(Path(path))
+        return {"split_size": len(select_split(rows, split or "all", None)), "total": len(rows)}
     except Exception:  # facts for the report only: an unreadable source leaves them unknown
         return {"split_size": None, "total": None}
 
@@ -110,14 +108,6 @@ def corpus_facts(path: str | Path | None) -> dict[str, Any]:
         return {"passages": len(passages), "fingerprint": corpus_fingerprint(passages)}
     except Exception:  # facts for the report only: an unreadable corpus leaves them unknown
         return {"passages": None, "fingerprint": None}
-
-
-def _absolute(path: str | Path) -> str | Path:
-    if str(path).startswith("hf:"):
-        return str(path)
-    from hydra.utils import to_absolute_path
-
-    return Path(to_absolute_path(str(path)))
 
 
 def _name(path: str | Path) -> str:

@@ -48,6 +48,10 @@ class IndexSpec:
     rrf_k: float = RetrievalSettings.rrf_k  # hybrid: k in 1 / (k + rank), the usual 60
     candidates: int = RetrievalSettings.candidates  # hybrid: passages each side ranks (at least the k asked for)
 
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UserError(f"index.batch_size must be >= 1, got {self.batch_size}")
+
 
 @dataclasses.dataclass
 class IndexSource:
@@ -57,9 +61,9 @@ class IndexSource:
     folder: Path
     passages: list[Passage]
     embedder_name: str
-    factory: str = "Flat"
-    batch_size: int = 64
-    device: str = "auto"
+    factory: str = IndexSpec.factory
+    batch_size: int = IndexSpec.batch_size
+    device: str = IndexSpec.device
     retrieval: RetrievalSettings = RetrievalSettings()
     bm25_folder: Path | None = None
 
@@ -168,18 +172,17 @@ def _engine_config(cfg: DictConfig) -> EngineConfig:
         cpu_flags()  # a bad ORTHRUS_CPU_MAX_ISA fails here, before anything loads
     except ValueError as error:
         raise UserError(str(error)) from error
-    try:
-        dtype = resolve_dtype(runtime.get("dtype", "auto"), runtime.get("device", "auto"))
-    except ValueError as error:
-        raise UserError(f"runtime.dtype: {error}") from error
-    runtime["dtype"] = str(dtype).removeprefix("torch.")
     config = EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
     try:
         config.validate()
         make_policy(config)
     except InvalidRequestError as error:
         raise UserError(error) from error
-    return config
+    try:
+        dtype = resolve_dtype(config.dtype, config.device)
+    except ValueError as error:
+        raise UserError(f"runtime.dtype: {error}") from error
+    return dataclasses.replace(config, dtype=str(dtype).removeprefix("torch."))
 
 
 def _adapter_folder(cfg: DictConfig) -> str | None:
@@ -208,8 +211,12 @@ def _embedding(cfg: DictConfig, engine: EngineConfig) -> EmbeddingRecipe:
     cut = cfg.embedder.get("passage_max_tokens")
     if cut is not None and (not isinstance(cut, int) or isinstance(cut, bool) or cut < 1):
         raise UserError(f"embedder.passage_max_tokens must be null (whole passages) or an integer >= 1, got {cut!r}")
-    return EmbeddingRecipe(PoolingParams(cfg.embedder.pooling, cfg.embedder.normalize, model),
-                           query_prefix=cfg.embedder.get("query_prefix") or "",
+    params = PoolingParams(cfg.embedder.pooling, cfg.embedder.normalize, model)
+    try:
+        params.validate()
+    except InvalidRequestError as error:
+        raise UserError(f"embedder.{error.param}: {error}") from error
+    return EmbeddingRecipe(params, query_prefix=cfg.embedder.get("query_prefix") or "",
                            passage_prefix=cfg.embedder.get("passage_prefix") or "", passage_max_tokens=cut,
                            adapter=_adapter_identity(adapter) if adapter else None, dtype=engine.dtype)
 

@@ -7,8 +7,9 @@
     orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (orthrus_rag/cli/distributed.py)
     orthrus-rag dataset=2wiki hydra.run.dir=outputs/run1 resume=true   # continue an interrupted run
 
-Each answered question is appended to predictions.jsonl as it completes (eval/predictions.py); results.json is
-written atomically at the end. A run with failed questions exits with status 2 unless `allow_failures=true`.
+Each answered question is appended to predictions.jsonl as it completes (eval/predictions.py), the settings the
+answers depend on are saved beside it in settings.json (a resumed run must have the same); results.json is written
+atomically at the end. A run with failed questions exits with status 2 unless `allow_failures=true`.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from eval.datasets import DatasetSpec, read_questions
-from eval.metrics import QuestionScores, aggregate, extra_results, score_answers
+from eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
 from eval.predictions import PredictionLog
 from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
 from orthrus_rag.engine import EngineLike
@@ -33,19 +34,23 @@ from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag"
 TRACE_CHARS = 160
+SETTINGS_FILE = "settings.json"  # beside predictions.jsonl: the settings its answers were made with
+# config keys that change no answer: how the run is driven and how it is scored
+NOT_ANSWER_SETTINGS = ("resume", "concurrency", "workers", "allow_failures", "metrics", "hydra")
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
-def execute(cfg: DictConfig, plan: StackPlan, questions: list, on_answer: OnAnswer | None = None) -> RunOutput:
+def execute(plan: StackPlan, questions: list, workers: int, concurrency: int | None,
+            on_answer: OnAnswer | None = None) -> RunOutput:
     """Answer `questions` with one engine and the stack `plan` builds on it (or, with `workers` > 1, with one on
-    each of that many Ray actors)."""
-    if num_workers(cfg) > 1:
+    each of that many Ray actors), `concurrency` at a time (on each)."""
+    if workers > 1:
         from orthrus_rag.cli.distributed import answer_distributed
 
-        return answer_distributed(plan, questions, num_workers(cfg), cfg.concurrency, on_answer)
+        return answer_distributed(plan, questions, workers, concurrency, on_answer)
     engine = plan.start_engine()
     try:
-        return asyncio.run(_answer_all(plan, engine, questions, cfg.concurrency, on_answer))
+        return asyncio.run(_answer_all(plan, engine, questions, concurrency, on_answer))
     finally:
         engine.shutdown()
 
@@ -60,6 +65,52 @@ def num_workers(cfg: DictConfig) -> int:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UserError(f"workers: expected a positive integer (1: this process, N>1: N Ray actors), got {workers!r}")
     return workers
+
+
+def num_concurrent(cfg: DictConfig) -> int | None:
+    value = cfg.get("concurrency")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UserError(f"concurrency: expected a positive integer (questions in flight at once, on each worker) or "
+                        f"null (all at once), got {value!r}")
+    return value
+
+
+# ---- resuming -----------------------------------------------------------------------------------------------
+def answer_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config less the keys that change no answer (NOT_ANSWER_SETTINGS, and dataset.limit: which
+    questions are asked, not how), as JSON values."""
+    settings = {key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items()
+                if key not in NOT_ANSWER_SETTINGS}
+    (settings.get("dataset") or {}).pop("limit", None)
+    return json.loads(json.dumps(settings))
+
+
+def check_resumable(path: Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume when the settings saved at `path` differ from this run's (no saved settings: a folder
+    from before they were saved, resumed as it is)."""
+    if not path.is_file():
+        return
+    before, now = _flat(json.loads(path.read_text(encoding="utf-8"))), _flat(settings)
+    keys = sorted(k for k in before.keys() | now.keys() if k not in before or k not in now or before[k] != now[k])
+    if keys:
+        differ = "; ".join(f"{k} ({_shown(before, k)} then, {_shown(now, k)} now)" for k in keys)
+        raise UserError(f"resume=true: the answers in {path.parent} were made with other settings: {differ}. "
+                        "Resume with the same settings, or run these in a new folder (another hydra.run.dir)")
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as {"group.key": value}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _shown(settings: dict[str, Any], key: str) -> str:
+    return repr(settings[key]) if key in settings else "unset"
 
 
 # ---- scoring and outputs ------------------------------------------------------------------------------------
@@ -84,10 +135,11 @@ def scored_row(question: Any, answer: Any) -> dict[str, Any]:
             "calls": answer.num_calls, "trace": trace_summary(answer), "error": answer.error}
 
 
-def build_results(cfg: DictConfig, questions: list, rows: list[dict], run: RunOutput | None,
-                  resumed: int) -> dict[str, Any]:
-    """results.json from the prediction rows (in question order); `run` is the part answered now (None when an
-    earlier run had answered everything), `resumed` how many rows came from the earlier run."""
+def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: list[dict], run: RunOutput | None,
+                  resumed: int, metrics: MetricSettings = MetricSettings()) -> dict[str, Any]:
+    """results.json from the prediction rows (in question order) of the questions of `spec`; `run` is the part
+    answered now (None when an earlier run had answered everything), `resumed` how many rows came from the earlier
+    run, `metrics` how the intervals are drawn."""
     from eval.bench.metrics import latency_stats
 
     scores = [QuestionScores(**row["scores"]) for row in rows]
@@ -102,7 +154,7 @@ def build_results(cfg: DictConfig, questions: list, rows: list[dict], run: RunOu
     if resumed:  # latency covers every question; qps, wall_s and engine the part answered now
         results["resumed"] = {"answered_before": resumed, "answered_now": answered_now,
                               "latency_now": latency_stats([row["latency_s"] for row in rows[resumed:]])}
-    results.update(extra_results(results["config"], questions, scores))
+    results.update(extra_results(spec, questions, scores, metrics))
     return results
 
 
@@ -120,13 +172,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
     plan = StackPlan.from_config(cfg, spec.corpus)  # every setting checked before anything loads
+    metrics, workers, concurrency = MetricSettings.from_config(cfg), num_workers(cfg), num_concurrent(cfg)
+    resume, allow_failures = _flag(cfg, "resume"), _flag(cfg, "allow_failures")
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    log = PredictionLog(out_dir)
-    done = log.answered() if _flag(cfg, "resume") else {}
+    log, settings = PredictionLog(out_dir), answer_settings(cfg)
+    if resume:
+        check_resumable(out_dir / SETTINGS_FILE, settings)
+    done = log.answered() if resume else {}
     kept = [done[q.id] for q in questions if q.id in done]
     todo = [q for q in questions if q.id not in done]
     if kept:
         print(f"resuming: {len(kept)} of {len(questions)} questions already answered in {log.path}")
+    write_atomic(out_dir / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
     log.start(kept)
     new_rows: dict[str, dict] = {}
 
@@ -134,16 +191,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         new_rows[todo[i].id] = row = scored_row(todo[i], answer)
         log.append(row)
 
-    output = execute(cfg, plan, todo, on_answer) if todo else None
+    output = execute(plan, todo, workers, concurrency, on_answer) if todo else None
     order = {q.id: i for i, q in enumerate(questions)}
     rows = sorted(kept + [new_rows[q.id] for q in todo], key=lambda r: order[r["id"]])
-    results = build_results(cfg, questions, rows, output, len(kept))
+    results = build_results(cfg, spec, questions, rows, output, len(kept), metrics)
     log.finish(rows)
     path = write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
     print(format_table(results))
     print(f"results: {path}\npredictions: {log.path}")
     sys.stdout.flush()
-    if results["failed"] and not _flag(cfg, "allow_failures"):
+    if results["failed"] and not allow_failures:
         raise UserError(f"{results['failed']} of {len(questions)} questions failed (their 'error' is in {log.path});"
                         " the files are written. Rerun the same command with resume=true to retry them, or set "
                         "allow_failures=true to accept them")

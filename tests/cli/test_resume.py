@@ -1,5 +1,5 @@
 """Experiments lose nothing: a run killed half way (SIGKILL) and rerun with resume=true ends with the same
-predictions and answer metrics as a run that was never interrupted."""
+predictions and answer metrics as a run that was never interrupted; a resume with other settings is refused."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ["pipeline=ircot", "pipeline.max_tokens=8", "pipeline.num_demos=0", "pipeline.reader_num_demos=0",
@@ -59,3 +61,32 @@ def test_a_killed_run_resumes_to_the_same_files(tiny_models, tmp_path):
     assert results["metrics"] == reference["metrics"] and results["ci"] == reference["ci"]
     assert results["resumed"]["answered_before"] == kept and results["resumed"]["answered_now"] == len(want) - kept
     assert results["n"] == reference["n"] and results["failed"] == 0
+
+
+def test_resuming_with_other_settings_is_refused(run_app, tiny_models, tmp_path, capsys):
+    from orthrus_rag.cli.run import main
+
+    out = tmp_path / "run"
+    small = [*tiny_models, "pipeline=no_retrieval", "pipeline.max_tokens=4", "dataset.limit=2", f"hydra.run.dir={out}"]
+    run_app(main, "orthrus-rag", *small)
+    saved = json.loads((out / "settings.json").read_text())
+    assert saved["pipeline"]["max_tokens"] == 4 and "limit" not in saved["dataset"]
+    assert not {"resume", "concurrency", "workers", "allow_failures", "hydra"} & set(saved)
+    before = rows(out)
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(main, "orthrus-rag", *small, "resume=true", "pipeline.max_tokens=5", "runtime.max_num_seqs=8")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"orthrus-rag: error: resume=true: the answers in {out} were made with other settings: "
+                          "pipeline.max_tokens (4 then, 5 now); runtime.max_num_seqs (") and err.count("\n") == 1
+    assert "hydra.run.dir" in err and rows(out) == before  # nothing asked, nothing written
+
+    run_app(main, "orthrus-rag", *small, "resume=true", "concurrency=1", "dataset.limit=3", "+metrics.bootstrap_seed=1")
+    assert "resuming: 2 of 3" in capsys.readouterr().out and rows(out)[:2] == before and len(rows(out)) == 3
+
+    (out / "settings.json").unlink()  # a folder from before settings were saved: resumed as it is
+    run_app(main, "orthrus-rag", *small, "resume=true", "pipeline.max_tokens=5")
+    assert "resuming: 2 of 2" in capsys.readouterr().out
+    assert json.loads((out / "settings.json").read_text())["pipeline"]["max_tokens"] == 5

@@ -78,6 +78,15 @@ def test_unknown_pipeline_setting_is_a_one_line_error(run_app, tiny_models, tmp_
     ("runtime.max_num_seqs=abc", "runtime.max_num_seqs: expected an integer, got 'abc'"),
     ("+runtime.speed=3", "runtime: no setting 'speed' (runtime.speed)"),
     ("index.batch_size=1.5", "index.batch_size: expected an integer, got 1.5"),
+    ("index.batch_size=0", "index.batch_size must be >= 1, got 0"),
+    ("embedder.pooling=foo", "embedder.pooling: pooling must be one of"),
+    ("dataset.limit=-1", "dataset.limit: expected null (every question of the split) or an integer >= 0, got -1"),
+    ("concurrency=0", "concurrency: expected a positive integer"),
+    ("concurrency=abc", "concurrency: expected a positive integer"),
+    ("allow_failures=maybe", "allow_failures: expected true or false, got 'maybe'"),
+    ("+metrics.bootstrap_seed=abc", "metrics.bootstrap_seed: expected an integer, got 'abc'"),
+    ("+metrics.bootstrap_resamples=0", "metrics.bootstrap_resamples must be >= 1, got 0"),
+    ("+metrics.resamples=5", "metrics: no setting 'resamples'"),
 ])
 def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, tiny_models, tmp_path, capsys,
                                                                      override, message):
@@ -85,12 +94,13 @@ def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, t
         run_app(main, "orthrus-rag", *tiny_models, "pipeline=standard_rag", override,
                 f"hydra.run.dir={tmp_path / 'run'}")
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err  # one line, before anything loads (no "loading ..." line) or is written
     assert err.startswith(f"orthrus-rag: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
 
 
 def test_a_failing_question_is_recorded_and_counted(tmp_path):
-    from eval.datasets import Question
+    from eval.datasets import DatasetSpec, Question
     from orthrus_rag.cli.answering import RunOutput
     from orthrus_rag.cli.run import build_results, scored_row
     from eval.predictions import PredictionLog
@@ -104,7 +114,8 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
     questions = [Question("q1", "Who?", "Ann"), Question("q2", "Where?", "Oslo")]
     answers = [Answer("Who?", "Ann"), Answer("Where?", "", error="RuntimeError: boom")]
     rows = [scored_row(q, a) for q, a in zip(questions, answers)]
-    results = build_results(cfg, questions, rows, RunOutput(questions, answers, 1.0, {}), resumed=0)
+    spec = DatasetSpec.from_config(cfg.dataset)
+    results = build_results(cfg, spec, questions, rows, RunOutput(questions, answers, 1.0, {}), resumed=0)
     assert results["failed"] == 1 and results["n"] == 2 and results["metrics"]["em"] == 0.5
     assert [row["error"] for row in rows] == [None, "RuntimeError: boom"]
     log = PredictionLog(tmp_path)
@@ -126,6 +137,19 @@ def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
     assert f"question file not found: {missing}" in proc.stderr and "dataset.path" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_hugging_face_dataset_path_reaches_the_hugging_face_loader(run_app, tiny_models, tmp_path, monkeypatch,
+                                                                   capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(main, "orthrus-rag", *tiny_models, "dataset.path=hf:no-such-owner/no-such-dataset-orthrus",
+                f"hydra.run.dir={tmp_path / 'run'}")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "could not load Hugging Face dataset 'no-such-owner/no-such-dataset-orthrus'" in err
+    assert "question file not found" not in err and "Traceback" not in err
 
 
 def test_relative_2wiki_paths_resolve_from_where_the_command_runs(tmp_path, monkeypatch):

@@ -139,9 +139,22 @@ def test_the_plan_checks_everything_and_plans_an_index_only_for_pipelines_that_r
     for key, value, message in [("runtime.policy", "nope", "runtime.policy must be one of"),
                                 ("runtime.max_num_seqs", 0, "runtime.max_num_seqs must be >= 1"),
                                 ("runtime.no_such_key", 1, "runtime: no setting 'no_such_key'"),
-                                ("index.retrieval", "sparse", "index.retrieval: expected 'dense' or 'bm25'")]:
+                                ("runtime.device", "gpu", "runtime.device must be auto, cpu, cuda or cuda:N"),
+                                ("runtime.num_threads", 0, "runtime.num_threads must be >= 1"),
+                                ("index.retrieval", "sparse", "index.retrieval: expected 'dense' or 'bm25'"),
+                                ("index.batch_size", 0, "index.batch_size must be >= 1, got 0"),
+                                ("index.batch_size", -4, "index.batch_size must be >= 1, got -4"),
+                                ("embedder.pooling", "foo", "embedder.pooling: pooling must be one of"),
+                                ("embedder.model", "other", "embedder.model: model must be None")]:
         with pytest.raises(UserError, match=message):
             StackPlan.from_config(config("minilm", **{key: value, "pipeline": {"name": "standard_rag"}}))
+
+
+def test_the_index_source_defaults_are_the_index_groups():
+    from orthrus_rag.stack import IndexSource, IndexSpec
+
+    source, spec = IndexSource(None, [], "e"), IndexSpec()
+    assert (source.factory, source.batch_size, source.device) == (spec.factory, spec.batch_size, spec.device)
 
 
 def test_server_leaderboard_and_experiments_resolve_the_same_retrieval():

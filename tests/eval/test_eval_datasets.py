@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import (DatasetError, Question, context_passages, load_aliases, load_questions, read_official,
-                           select_split)
+from eval.datasets import (DatasetError, DatasetSpec, Question, context_passages, load_aliases, load_questions,
+                           read_official, read_questions, read_rows, select_split)
 from orthrus_rag.rag.types import Passage
+from orthrus_rag.settings import UserError
 
 SHARED_2WIKI = Path(__file__).resolve().parents[2].parent / "shared/data/2wiki"
 
@@ -86,6 +87,29 @@ def test_hugging_face_offline_error(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(DatasetError, match="could not load Hugging Face dataset"):
         load_questions("hf:no-such-owner/no-such-dataset-orthrus", "test")
+
+
+def test_a_hugging_face_id_reaches_the_hugging_face_loader(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    spec = DatasetSpec("hub", "hf:owner/name", "corpus.jsonl", "dev", None)
+    assert spec.path == "hf:owner/name" and spec.corpus == tmp_path / "corpus.jsonl"
+    asked = []
+    monkeypatch.setattr("eval.datasets.load_hf_questions",
+                        lambda *args: asked.append(args) or [Question("q", "?", "a")])
+    assert read_questions(spec) == [Question("q", "?", "a")] and asked == [("owner/name", "dev", None)]
+
+
+def test_a_negative_limit_is_a_user_error_naming_the_key():
+    with pytest.raises(UserError, match=r"^dataset.limit: expected null .* or an integer >= 0, got -1$"):
+        DatasetSpec("demo", None, None, "all", -1)
+    assert len(read_questions(DatasetSpec("demo", None, None, "all", 29))) == 29
+
+
+def test_read_rows_gives_the_file_s_objects(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", jsonl_rows(3))
+    assert read_rows(path) == jsonl_rows(3)
+    (tmp_path / "dev.json").write_text(json.dumps(OFFICIAL))
+    assert read_rows(tmp_path / "dev.json") == OFFICIAL
 
 
 @pytest.mark.skipif(not SHARED_2WIKI.is_dir(), reason="shared 2Wiki data not present")

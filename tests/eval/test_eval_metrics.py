@@ -2,6 +2,7 @@ import itertools
 import json
 import os
 import random
+import re
 import string
 import subprocess
 import sys
@@ -10,9 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from eval.metrics import (QuestionScores, acc, acc_substring, aggregate, all_gold, bootstrap_ci, exact_match,
-                          extra_results, f1, normalize_answer, passage_recall, score_answer, scores_by_type)
+from eval.metrics import (MetricSettings, QuestionScores, acc, acc_substring, aggregate, all_gold, bootstrap_ci,
+                          exact_match, extra_results, f1, normalize_answer, passage_recall, score_answer,
+                          scores_by_type)
 from orthrus_rag.rag.types import Passage
+from orthrus_rag.settings import UserError
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -212,13 +215,15 @@ def test_scores_by_type_by_hand():
 
 
 def test_extra_results_keys(tmp_path):
+    from eval.datasets import DatasetSpec
+
     (tmp_path / "q.jsonl").write_text("".join(
         json.dumps({"id": f"q{i}", "question": "?", "answer": "a", "type": "comparison"}) + "\n" for i in range(5)))
     (tmp_path / "c.jsonl").write_text(json.dumps({"id": "p", "title": "T", "text": "x"}) + "\n")
-    config = {"dataset": {"path": str(tmp_path / "q.jsonl"), "corpus": str(tmp_path / "c.jsonl"), "split": "all"},
-              "metrics": {"bootstrap_resamples": 50, "bootstrap_seed": 1}}
+    spec = DatasetSpec("mine", tmp_path / "q.jsonl", tmp_path / "c.jsonl", "all", None)
     questions = [SimpleNamespace(type="comparison")] * 2
-    extra = extra_results(config, questions, scores_of([1.0, 0.0]))
+    extra = extra_results(spec, questions, scores_of([1.0, 0.0]), MetricSettings(bootstrap_resamples=50,
+                                                                                  bootstrap_seed=1))
     assert set(extra) == {"ci", "by_type", "run", "data"}
     assert extra["ci"]["resamples"] == 50 and extra["ci"]["seed"] == 1 and extra["ci"]["level"] == 0.95
     assert extra["ci"]["bounds"] == bootstrap_ci(scores_of([1.0, 0.0]), resamples=50, seed=1)
@@ -227,6 +232,22 @@ def test_extra_results_keys(tmp_path):
                                           "total": 5}
     assert extra["data"]["corpus"]["passages"] == 1 and extra["data"]["corpus"]["file"] == "c.jsonl"
     json.dumps(extra)  # results.json must hold it
+
+
+def test_metric_settings_from_the_config():
+    assert MetricSettings.from_config({}) == MetricSettings(1000, 0)
+    assert MetricSettings.from_config({"metrics": {"bootstrap_seed": 1}}) == MetricSettings(1000, 1)
+
+
+@pytest.mark.parametrize("group, message", [
+    ({"bootstrap_seed": "abc"}, "metrics.bootstrap_seed: expected an integer, got 'abc'"),
+    ({"bootstrap_resamples": 0}, "metrics.bootstrap_resamples must be >= 1, got 0"),
+    ({"bootstrap_seed": -1}, "metrics.bootstrap_seed must be >= 0, got -1"),
+    ({"bootstrap_sed": 1}, "metrics: no setting 'bootstrap_sed'"),
+])
+def test_a_bad_metrics_setting_is_a_user_error_naming_the_key(group, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        MetricSettings.from_config({"metrics": group})
 
 
 def test_import_does_not_load_torch():
