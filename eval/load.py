@@ -30,6 +30,9 @@ class Load:
             raise ValueError(f"burstiness must be > 0 (1 = Poisson), got {self.burstiness!r}")
         if self.rate is None and (not isinstance(self.clients, int) or self.clients < 1):
             raise ValueError(f"a closed loop needs clients >= 1, got {self.clients!r}")
+        if self.rate is not None and self.max_in_flight is not None and (
+                not isinstance(self.max_in_flight, int) or self.max_in_flight < 1):
+            raise ValueError(f"max_in_flight must be >= 1 (or None for no cap), got {self.max_in_flight!r}")
 
     @property
     def label(self) -> str:

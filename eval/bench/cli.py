@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from orthrus_rag.launch import UserError, launch
-from orthrus_rag.settings import typed
+from orthrus_rag.settings import check_settings, plain, typed
 from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag-bench"
@@ -39,9 +39,29 @@ def workload_from_config(cfg: DictConfig):
     from eval.bench import Phase, Workload
 
     check_modes(cfg)
-    spec = OmegaConf.to_container(cfg.workload, resolve=True)
-    spec["phases"] = [Phase(**p) for p in spec["phases"]]
-    return Workload(**spec)
+    spec = plain(cfg.workload)
+    check_settings(Workload, spec, "workload")
+    spec["phases"] = [typed(Phase, p, f"workload.phases[{i}]") for i, p in enumerate(spec["phases"])]
+    workload = Workload(**spec)
+    check_workload(workload)
+    return workload
+
+
+WORKLOAD_MINIMUMS = {"clients": 1, "requests": 1, "gen_prompt_tokens": 1, "embed_tokens": 1, "max_tokens": 1,
+                     "warmup_requests": 0}
+
+
+def check_workload(workload) -> None:
+    """The closed-loop workload's counts and shares are in range, else a UserError naming the key."""
+    for key, least in WORKLOAD_MINIMUMS.items():
+        if getattr(workload, key) < least:
+            raise UserError(f"workload.{key}: must be >= {least}, got {getattr(workload, key)!r}")
+    names = [phase.name for phase in workload.phases]
+    if not names or len(set(names)) < len(names):
+        raise UserError(f"workload.phases: give one or more phases with distinct names, got {names}")
+    for i, phase in enumerate(workload.phases):
+        if not 0 <= phase.embed_share <= 1:
+            raise UserError(f"workload.phases[{i}].embed_share: must be in [0, 1], got {phase.embed_share!r}")
 
 
 def rag_rates(cfg: DictConfig) -> list:

@@ -24,7 +24,7 @@ from orthrus_rag.engine.sampler import sample_batch
 from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.models import load_generator
 from orthrus_rag.models.device import native_bf16
-from orthrus_rag.settings import UserError, plain
+from orthrus_rag.settings import UserError, check_settings, plain, typed
 
 
 PROFILE_TOP = 5
@@ -62,8 +62,14 @@ class StepsWorkload:
 
     @classmethod
     def from_dict(cls, spec: dict) -> StepsWorkload:
-        shapes = {name: StepShape(**shape) for name, shape in spec.pop("shapes").items()}
-        return cls(shapes=shapes, **spec)
+        """The workload from its config group, each key checked (a UserError names a wrong one)."""
+        shapes = {name: typed(StepShape, shape, f"workload.shapes.{name}")
+                  for name, shape in spec.pop("shapes").items()}
+        check_settings(cls, spec, "workload")
+        workload = cls(shapes=shapes, **spec)
+        if not workload.threads or any(not isinstance(t, int) or t < 1 for t in workload.threads):
+            raise UserError(f"workload.threads: give thread counts >= 1, got {workload.threads!r}")
+        return workload
 
 
 def build_chunks(shape: StepShape, context: int, blocks: BlockManager, vocab: int,

@@ -107,3 +107,22 @@ def test_mode_threads_split_the_cores_only_for_isolated(monkeypatch):
     assert [runner.mode_threads(unset, m) for m in runner.MODES] == [6, 3, 6, 6]  # hetero, isolated, alternating, hf
     assert runner.mode_threads(four, "isolated") == 2 and runner.mode_threads(four, "hf") == 4
     assert runner.mode_threads(one, "isolated") == 1
+
+
+@pytest.mark.parametrize("override, key", [("workload.requests=abc", "workload.requests"),
+                                           ("workload.clients=0", "workload.clients"),
+                                           ("+workload.request=8", "workload.request"),
+                                           ("workload.phases=[{name: x, embed_share: 1.5}]",
+                                            r"workload.phases\[0\].embed_share"),
+                                           ("workload.phases=[{name: x, share: 0.5}]", r"workload.phases\[0\]"),
+                                           ("workload.phases=[]", "workload.phases")])
+def test_bad_workload_settings_are_user_errors_naming_the_key(override, key):
+    from hydra import compose, initialize_config_dir
+
+    from eval.bench.cli import workload_from_config
+    from orthrus_rag.launch import CONF_DIR, UserError
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("bench", overrides=[override])
+    with pytest.raises(UserError, match=key):
+        workload_from_config(cfg)

@@ -98,3 +98,12 @@ def test_steps_through_the_bench_command(tiny_llama_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert set(bench["steps"]) == SHAPES and all(set(r) == {"1"} for r in bench["steps"].values())
+
+
+@pytest.mark.parametrize("override, key", [("workload.repeats=abc", "workload.repeats"),
+                                           ("workload.threads=[0]", "workload.threads"),
+                                           ("+workload.shapes.decode8.decode=3", "workload.shapes.decode8"),
+                                           ("+workload.repeat=3", "workload.repeat")])
+def test_bad_settings_are_user_errors_naming_the_key(override, key):
+    with pytest.raises(UserError, match=key):
+        workload_from_conf([override])

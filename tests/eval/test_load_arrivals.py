@@ -44,7 +44,8 @@ def test_closed_loop_has_no_arrivals():
 
 @pytest.mark.parametrize("kwargs, match", [({"rate": 0}, "rate"), ({"rate": -1.0}, "rate"),
                                            ({"rate": 1.0, "burstiness": 0}, "burstiness"),
-                                           ({"rate": None, "clients": 0}, "clients")])
+                                           ({"rate": None, "clients": 0}, "clients"),
+                                           ({"rate": 1.0, "max_in_flight": 0}, "max_in_flight")])
 def test_bad_loads_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Load(**kwargs)
