@@ -31,10 +31,10 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
 
     task = asyncio.ensure_future(run())
     task.add_done_callback(lambda _: events.put_nowait(None))
-    yield StartEvent(question=question, pipeline=pipeline).model_dump()
     end = None if remaining_s is None else asyncio.get_running_loop().time() + remaining_s
     timeline = Timeline()
     try:
+        yield StartEvent(question=question, pipeline=pipeline).model_dump()
         while (event := await _next(events, end)) is not None:
             timeline.add(event)
             yield asdict(event)
@@ -42,7 +42,7 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
         scored = score(example, result.prediction, result.passages) if example is not None else None
         yield AnswerEvent(**RagResponse.of(result).model_dump(), latency_s=result.latency_s,
                           timeline=timeline.close(time.perf_counter() - started), score=scored).model_dump()
-    except TimeoutError:
+    except _PastDeadline:
         yield _error(APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: server.request_timeout_s "
                                    "or the request's timeout) and was stopped", "timeout_error",
                               code="request_timeout"))
@@ -54,10 +54,17 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
             await asyncio.wait([task])
 
 
+class _PastDeadline(Exception):
+    """The question's deadline passed before its pipeline ended."""
+
+
 async def _next(events: asyncio.Queue, end: float | None):
-    """The next event, waiting no later than `end` (event-loop time; None: no limit); TimeoutError past it."""
+    """The next event, waiting no later than `end` (event-loop time; None: no limit); _PastDeadline past it."""
     timeout = None if end is None else max(0.0, end - asyncio.get_running_loop().time())
-    return await asyncio.wait_for(events.get(), timeout)
+    try:
+        return await asyncio.wait_for(events.get(), timeout)
+    except TimeoutError:
+        raise _PastDeadline from None
 
 
 def _error(err: APIError) -> dict:

@@ -2,6 +2,7 @@
 over the tiny models (float32, greedy: answers are deterministic)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -13,6 +14,7 @@ from orthrus_rag.rag import Answer, EngineReasoner, Pipeline
 from orthrus_rag.rag.testing import ScriptedRetriever
 from orthrus_rag.serving import ServerSettings
 from orthrus_rag.serving.rag_service import RagService
+from orthrus_rag.serving.rag_stream import rag_events
 from orthrus_rag.serving.settings import RagSettings
 from pipelines import IRCoT, StandardRAG
 
@@ -31,12 +33,18 @@ class Failing(Pipeline):
         raise RuntimeError("the index is gone")
 
 
+class TimingOut(Pipeline):
+    async def answer(self, question: str) -> Answer:
+        raise TimeoutError("the index did not answer in time")
+
+
 def served_pipelines(engine) -> dict[str, Pipeline]:
     reasoner = EngineReasoner(engine)
     return {"standard_rag": StandardRAG(ScriptedRetriever(), reasoner, k=2, num_demos=0, max_tokens=8),
             "ircot": IRCoT(ScriptedRetriever(), reasoner, k=2, max_steps=3, num_demos=0, reader_num_demos=0,
                            max_tokens=8, reader_max_tokens=8),
-            "slow": Slow(None, reasoner), "failing": Failing(None, None)}
+            "slow": Slow(None, reasoner), "failing": Failing(None, None),
+            "timing_out": TimingOut(None, None)}
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +134,32 @@ def test_failures_and_deadlines_end_the_stream_with_an_error_event(rag_server):
     assert _until(lambda: rag_server.engine.stats()["running"] == 0)
     unknown = events(rag_server.url, {"question": "q", "pipeline": "nope"})
     assert unknown[-2]["type"] == "error" and unknown[-2]["error"]["param"] == "pipeline"
+
+
+def test_a_pipeline_timing_out_on_its_own_is_a_failure_not_the_deadline(rag_server):
+    for limit in ({}, {"timeout": 60.0}):
+        failed = events(rag_server.url, {"question": "q", "pipeline": "timing_out", **limit})
+        assert failed[-2]["type"] == "error" and failed[-2]["error"]["code"] == "internal_error", limit
+        assert failed[-1] == "[DONE]"
+
+
+async def test_closing_the_stream_after_its_start_stops_the_pipeline():
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def answer() -> Answer:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    stream = rag_events(answer, "q", "slow", None, None)
+    assert (await anext(stream))["type"] == "start"
+    await started.wait()
+    await stream.aclose()
+    await asyncio.sleep(0)
+    assert stopped.is_set()
 
 
 def test_the_step_feed_reads_after_an_id_and_is_never_refused(rag_server):

@@ -10,10 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
 
+from orthrus_rag.engine import QueueFullError
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving import ServerSettings
 from tests.serving.conftest import API_KEY, fake_rag
@@ -172,3 +174,48 @@ def test_a_deadline_and_a_lost_server_show_messages(page, serve_app, engine):
     page.click("#ask-button")  # the server is gone now
     page.wait_for_function("document.getElementById('message').textContent.includes('Lost the connection')")
     assert page.is_enabled("#ask-button")
+
+
+async def full_queue_rag(question: str, pipeline: str | None) -> Answer:
+    raise QueueFullError("the waiting queue is full (1 requests); retry later")
+
+
+def test_a_full_engine_queue_inside_the_stream_says_the_server_is_busy(page, serve_app, engine):
+    with serve_app(engine, ServerSettings(), rag=full_queue_rag) as running:
+        open_page(page, running.url)
+        page.fill("#question", "Which river?")
+        page.click("#ask-button")
+        page.wait_for_selector("#ask-result .error")
+        assert "server is busy" in page.text_content("#message")
+        assert page.is_enabled("#ask-button")
+
+
+def step_record(step_id: int) -> dict:
+    return {"id": step_id, "time": 0.0, "step_s": 0.01, "generator_s": 0.01, "embedder_s": 0.0,
+            "tokens": {"decode": 1, "prefill": 0, "embed": 0}, "embedder_tokens": 0, "running": 1, "waiting": {},
+            "kv_blocks_used": 1, "kv_blocks_total": 8}
+
+
+def test_the_engine_view_follows_a_restarted_server(page, serve_app, engine):
+    feed = {"steps": [step_record(i) for i in range(1, 51)], "down": False, "refused": 0}
+
+    def steps(route):  # GET /v1/engine/steps of a server that goes away and comes back counting from 1 again
+        if feed["down"]:
+            feed["refused"] += 1
+            return route.abort()
+        query = parse_qs(urlparse(route.request.url).query)
+        since, limit = int(query["since"][0]), int(query["limit"][0])
+        newer = [s for s in feed["steps"] if s["id"] > since][-limit:]
+        return route.fulfill(json={"replicas": [{"replica": "engine", "steps": newer}]})
+
+    with serve_app(engine, ServerSettings(), rag=fake_rag) as running:
+        page.route("**/v1/engine/steps*", steps)
+        open_page(page, running.url)
+        page.click("button[data-tab=engine]")
+        page.wait_for_function("document.querySelectorAll('.steps-chart rect[data-step=\"50\"]').length")
+        feed["down"] = True
+        while not feed["refused"]:
+            page.wait_for_timeout(100)
+        feed.update(steps=[step_record(i) for i in range(1, 4)], down=False)
+        page.wait_for_function("document.querySelectorAll('.steps-chart rect').length === 3", timeout=10_000)
+        assert newest_step(page) == 3

@@ -87,8 +87,10 @@ async function errorOf(response) {
 export function explain(status, error) {
   const detail = error.message ? ` (${error.message})` : "";
   if (status === 401) return "This server needs an API key: enter it above.";
-  if (status === 429) return "The server is busy: too many questions are in flight for this key, or its queue " +
-                             `is full. Wait for one to finish, then ask again${detail}.`;
+  if (status === 429 || error.type === "rate_limit_error") {
+    return "The server is busy: too many questions are in flight for this key, or its queue is full. Wait for " +
+           `one to finish, then ask again${detail}.`;
+  }
   if (status === 504 || error.code === "request_timeout") {
     return `The question took longer than the server allows and was stopped${detail}. Try fewer steps or a ` +
            "smaller k.";

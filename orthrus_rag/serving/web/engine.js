@@ -41,6 +41,7 @@ export class EngineView {
       for (const { replica, steps } of body.replicas) this.add(replica, steps);
     } catch (err) {
       if (err.needsKey) this.paused = true;  // resumed once the page has a key
+      else for (const replica of this.replicas.values()) replica.steps = [];  // a restarted server counts from 1
     }
   }
 
