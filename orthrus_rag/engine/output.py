@@ -48,17 +48,16 @@ def check_stop(seq: Sequence, tokenizer, eos_ids: set[int]) -> FinishReason | No
     does (the scheduler records it when it finishes the request). Work per call is proportional to the new tokens,
     not to the whole output."""
     params, token = seq.sampling, seq.output_ids[-1]
-    if token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos):
-        seq.text += _detokenize(tokenizer, seq, len(seq.output_ids) - 1, flush=True)
-        return "stop"
+    stop_token = token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos)
     done = len(seq.output_ids) >= params.max_tokens
     before = len(seq.text)
-    seq.text += _detokenize(tokenizer, seq, len(seq.output_ids), flush=done)
-    hit = _find_stop(seq.text, params.stop, before)
+    end = len(seq.output_ids) - 1 if stop_token else len(seq.output_ids)  # a stop token's own text is not added
+    seq.text += _detokenize(tokenizer, seq, end, flush=stop_token or done)
+    hit = _find_stop(seq.text, params.stop, before)  # a stop token flushes held-back text: it may hold a stop string
     if hit is not None:
         seq.text = seq.text[:hit]
         return "stop"
-    return "length" if done else None
+    return "stop" if stop_token else "length" if done else None
 
 
 def take_delta(seq: Sequence) -> str:

@@ -25,7 +25,8 @@ def sample_batch(logits: torch.Tensor, params: list[SamplingParams],
                  generators: list[torch.Generator | None]) -> list[int]:
     """One token id per row of logits (rows, vocab)."""
     tokens = logits.max(dim=-1).indices  # argmax's first index on ties; faster than argmax (bf16 CPU: docs/results.md)
-    rows = [i for i, p in enumerate(params) if not p.greedy]
+    plain = [i for i, p in enumerate(params) if not p.greedy and not _filtered(p)]
+    rows = plain + [i for i, p in enumerate(params) if not p.greedy and _filtered(p)]  # unfiltered rows first
     if rows:
         vocab = logits.shape[-1]
         settings = torch.tensor([rows, [params[i].temperature for i in rows], [min(params[i].top_k, vocab) for i in rows],
@@ -33,11 +34,16 @@ def sample_batch(logits: torch.Tensor, params: list[SamplingParams],
                                  [_uniform(generators[i]) for i in rows]], dtype=torch.float64)
         index, temperature, top_k, top_p, uniform = settings.to(logits.device).unbind(0)
         index = index.long()
-        filtered = any(params[i].top_k or params[i].top_p < 1 for i in rows)
-        picked = _draw(logits.index_select(0, index).float() / temperature[:, None].float(), top_k.long(),
-                       top_p.float(), uniform.float(), filtered)
+        scaled = logits.index_select(0, index).float() / temperature[:, None].float()
+        parts = [(slice(0, len(plain)), False), (slice(len(plain), len(rows)), True)]  # each row drawn as if alone
+        picked = torch.cat([_draw(scaled[s], top_k[s].long(), top_p[s].float(), uniform[s].float(), filtered)
+                            for s, filtered in parts])
         tokens = tokens.index_copy(0, index, picked)
     return tokens.tolist()
+
+
+def _filtered(params: SamplingParams) -> bool:
+    return bool(params.top_k) or params.top_p < 1
 
 
 def _uniform(generator: torch.Generator | None) -> float:

@@ -70,3 +70,13 @@ def test_stop_token_text_is_not_added(tokenizer):
     ids = tokenizer.encode("one two three", add_special_tokens=False)
     seq, deltas = feed(tokenizer, ids, SamplingParams(max_tokens=10, stop_token_ids=[ids[-1]]))
     assert seq.text == tokenizer.decode(ids[:-1]) and "".join(deltas) == seq.text
+
+
+def test_stop_string_in_text_flushed_by_a_stop_token_is_cut(tokenizer):
+    partial = next(i for i in range(len(tokenizer)) if tokenizer.convert_ids_to_tokens(i).startswith("\u0120")
+                   and tokenizer.decode([i]).endswith("\ufffd") and tokenizer.decode([i]).strip("\ufffd"))
+    ids = tokenizer.encode("one two", add_special_tokens=False) + [partial]  # " " + half a character: held back
+    stop_id = tokenizer.encode(" three", add_special_tokens=False)[0]
+    seq, deltas = feed(tokenizer, ids + [stop_id], SamplingParams(max_tokens=10, stop=["two "],
+                                                                  stop_token_ids=[stop_id]))
+    assert seq.finish_reason == "stop" and seq.text == "one " and "".join(deltas) == seq.text

@@ -43,6 +43,16 @@ def test_seeded_row_is_independent_of_batch_composition():
     assert len(set(alone)) > 1  # it really samples
 
 
+def test_unfiltered_seeded_row_is_independent_of_filtered_neighbours():
+    logits = logits_rows(2, seed=4)
+    mine = SamplingParams(temperature=1.0, seed=7)  # no top-k or top-p
+    neighbour = SamplingParams(temperature=1.0, top_k=3, seed=5)
+    alone_gen, batch_gen, neighbour_gen = make_generator(mine), make_generator(mine), make_generator(neighbour)
+    alone = [sample(logits[0], mine, alone_gen) for _ in range(20)]
+    batched = [sample_batch(logits, [mine, neighbour], [batch_gen, neighbour_gen])[0] for _ in range(20)]
+    assert alone == batched
+
+
 def expected_probs(row: torch.Tensor, temperature: float, top_k: int, top_p: float) -> list[float]:
     """Hand-written reference: softmax(row / T), keep the k most likely, then the smallest prefix reaching p."""
     probs = [math.exp(x / temperature) for x in row.tolist()]
