@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from orthrus_rag.engine import (AsyncEngine, EngineConfig, EngineError, EngineLike, InvalidRequestError,
                                 PoolingParams)
+from orthrus_rag.engine.lora import check_adapter_config
 from orthrus_rag.engine.policy import make_policy
 from orthrus_rag.files import cache_dir
 from orthrus_rag.models import ModelNotFoundError, resolve_adapter_path
@@ -196,7 +197,12 @@ def _adapter_folder(cfg: DictConfig) -> str | None:
     if not config.is_file():
         raise UserError(f"embedding adapter {name!r}: {folder} is no PEFT LoRA folder (no adapter_config.json); "
                         "give a shipped adapter's name, a folder, or embedder.adapter=null for the raw backbone")
-    base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    try:
+        check_adapter_config(settings, folder)
+    except InvalidRequestError as error:
+        raise UserError(error) from error
+    base = settings.get("base_model_name_or_path")
     if folder.parent == ADAPTERS_DIR and base and base != cfg.model.name:
         raise UserError(f"the shipped embedding adapter {name!r} was trained for {base!r}, not model.name="
                         f"{cfg.model.name!r}: use embedder=backbone_raw or embedder.adapter=<your adapter folder>")

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.models import resolve_adapter_path
 
 
@@ -41,6 +42,20 @@ class RowLoRALinear(nn.Module):
         return y
 
 
+def check_adapter_config(config: dict, folder: str | Path) -> None:
+    """Refuse a PEFT config this module cannot apply exactly: another PEFT type, or LoRA options beyond one rank
+    and alpha on Linear layers (per-module ranks, DoRA, biases, extra trained modules)."""
+    unsupported = [key for key, plain in (("use_dora", False), ("rank_pattern", {}), ("alpha_pattern", {}),
+                                          ("bias", "none"), ("lora_bias", False), ("modules_to_save", None),
+                                          ("fan_in_fan_out", False)) if config.get(key, plain) not in (plain, None)]
+    if config.get("peft_type", "LORA") != "LORA" or unsupported:
+        what = f"peft_type={config.get('peft_type')}" if not unsupported else ", ".join(
+            f"{key}={config[key]!r}" for key in unsupported)
+        raise InvalidRequestError(f"embedding adapter {folder}: only plain LoRA on Linear layers is applied "
+                                  f"(one rank and alpha, no DoRA, biases or extra modules); it sets {what}",
+                                  "embedding_adapter")
+
+
 def attach_embedding_adapter(model: nn.Module, folder: str | Path) -> AdapterRows:
     """Wrap the adapter's target modules in `model`; returns the handle that selects the rows per step."""
     folder = resolve_adapter_path(folder)
@@ -50,12 +65,14 @@ def attach_embedding_adapter(model: nn.Module, folder: str | Path) -> AdapterRow
                                 "adapter_model.safetensors (save one with peft's save_pretrained, or give a shipped "
                                 "adapter's name)")
     config = json.loads(config_file.read_text())
-    if config.get("peft_type", "LORA") != "LORA":
-        raise ValueError(f"{folder}: only LoRA adapters are supported, got peft_type={config.get('peft_type')}")
+    check_adapter_config(config, folder)
     rank, alpha = config["r"], config.get("lora_alpha", config["r"])
     scale = alpha / (rank ** 0.5) if config.get("use_rslora") else alpha / rank
     rows = AdapterRows()
     weights = load_file(str(weights_file))
+    if any(".lora_embedding_" in k for k in weights):
+        raise InvalidRequestError(f"embedding adapter {folder}: LoRA on embedding layers is not applied; target "
+                                  "Linear layers only", "embedding_adapter")
     for name in sorted({k.rsplit(".lora_", 1)[0] for k in weights if ".lora_A." in k}):
         path = name.removeprefix("base_model.model.")
         model.set_submodule(path, RowLoRALinear(model.get_submodule(path), weights[f"{name}.lora_A.weight"],

@@ -99,6 +99,9 @@ def test_adapter_mistakes_are_user_errors(tmp_path):
         engine_config(config("backbone", **{"embedder.adapter": str(tmp_path)}))
     with pytest.raises(UserError, match="trained for 'smollm2-135m-instruct'.*backbone_raw"):
         engine_config(config("backbone", **{"model.name": "some/other-model"}))
+    (tmp_path / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4, "use_dora": true}')
+    with pytest.raises(UserError, match="only plain LoRA.*use_dora=True"):
+        engine_config(config("backbone", **{"embedder.adapter": str(tmp_path)}))
 
 
 def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_llama_dir, lora_dir, tmp_path,

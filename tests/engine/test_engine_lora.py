@@ -38,6 +38,23 @@ def test_missing_adapter_folder_is_a_clear_error(tiny_llama_dir, tmp_path):
         LLMEngine(tiny_config(tiny_llama_dir, embedding_adapter=str(tmp_path)))
 
 
+def test_lora_options_the_rows_cannot_apply_are_refused(tiny_llama_dir, lora_dir, tmp_path):
+    import json
+    import shutil
+
+    from orthrus_rag.engine import InvalidRequestError, LLMEngine
+    from tests.engine.conftest import tiny_config
+
+    plain = json.loads((lora_dir / "adapter_config.json").read_text())
+    for change, named in [({"use_dora": True}, "use_dora=True"), ({"rank_pattern": {"q_proj": 8}}, "rank_pattern"),
+                          ({"bias": "lora_only"}, "bias='lora_only'"), ({"peft_type": "IA3"}, "peft_type=IA3")]:
+        folder = tmp_path / named.split("=")[0]
+        shutil.copytree(lora_dir, folder)
+        (folder / "adapter_config.json").write_text(json.dumps({**plain, **change}))
+        with pytest.raises(InvalidRequestError, match=f"only plain LoRA.*{named}"):
+            LLMEngine(tiny_config(tiny_llama_dir, embedding_adapter=str(folder)))
+
+
 @pytest.mark.shipped
 def test_shipped_adapter_rows_equal_the_peft_model_pooled_output(smollm2_path):
     """The shipped SmolLM2 embedding adapter, through the engine (float32, chunked, beside generation), gives the
