@@ -111,15 +111,27 @@ class IsolatedBackend:
                       for kind in self.inboxes}
         for proc in self.procs.values():
             proc.start()
-        for _ in self.procs:
-            rid, _ = self.outbox.get(timeout=600)
-            assert rid == "ready", rid
+        self._wait_ready()
         self.futures: dict[str, concurrent.futures.Future] = {}
         self.ids = itertools.count()
         self.generator = config.generator
         self._tokenizer = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+
+    def _wait_ready(self, limit_s: float = 600.0) -> None:
+        """Until both processes have loaded; one that exits first (a model that cannot load) fails at once."""
+        ready, deadline = 0, time.monotonic() + limit_s
+        while ready < len(self.procs):
+            try:
+                ready += self.outbox.get(timeout=1.0)[0] == "ready"
+            except queue.Empty:
+                dead = [f"{kind} (exit code {p.exitcode})" for kind, p in self.procs.items() if not p.is_alive()]
+                if dead or time.monotonic() > deadline:
+                    for proc in self.procs.values():
+                        proc.terminate()
+                    raise RuntimeError(f"isolated mode: the {' and '.join(dead) or 'engine'} process "
+                                       f"{'exited while loading (its error is above)' if dead else 'did not load'}")
 
     @property
     def tokenizer(self):

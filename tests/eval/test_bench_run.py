@@ -126,3 +126,16 @@ def test_bad_workload_settings_are_user_errors_naming_the_key(override, key):
         cfg = compose("bench", overrides=[override])
     with pytest.raises(UserError, match=key):
         workload_from_config(cfg)
+
+
+def test_an_isolated_process_that_cannot_load_fails_at_once(tmp_path):
+    import time
+
+    from eval.bench.backends import IsolatedBackend
+    from orthrus_rag.engine import SamplingParams
+
+    config = EngineConfig(generator=str(tmp_path / "no-model"), embedder=None, device="cpu", dtype="float32")
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="exited while loading"):
+        IsolatedBackend(config, SamplingParams(), PoolingParams(), threads=1)
+    assert time.perf_counter() - start < 120  # not the 600 s a load may take
