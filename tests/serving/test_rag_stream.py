@@ -196,7 +196,8 @@ def test_pipelines_and_examples_are_listed(rag_server):
 def test_the_page_and_its_files_are_served_and_the_stream_is_documented(rag_server):
     page = httpx.get(f"{rag_server.url}/")
     assert page.status_code == 200 and "src=\"/web/app.js\"" in page.text
-    assert httpx.get(f"{rag_server.url}/web/app.js").status_code == 200
+    module = httpx.get(f"{rag_server.url}/web/app.js")
+    assert module.status_code == 200 and module.headers["cache-control"] == "no-cache"
     schema = httpx.get(f"{rag_server.url}/openapi.json").json()
     stream = schema["paths"]["/v1/rag"]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
     refs = json.dumps(stream)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 WEB = Path(__file__).resolve().parents[1] / "web"
@@ -18,6 +18,15 @@ async def page() -> FileResponse:
     return FileResponse(WEB / "index.html", headers={"Cache-Control": "no-cache"})
 
 
+class RevalidatedFiles(StaticFiles):
+    """Static files a browser checks (by ETag) before reusing, so a page and its modules always match."""
+
+    def file_response(self, *args, **kwargs) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
 def install_web(app: FastAPI) -> None:
     app.include_router(router)
-    app.mount("/web", StaticFiles(directory=WEB), name="web")
+    app.mount("/web", RevalidatedFiles(directory=WEB), name="web")
