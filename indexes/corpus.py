@@ -46,12 +46,15 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_json(path: Path) -> list[dict[str, Any]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+def _read_json(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CorpusFormatError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from e
     if isinstance(data, list):
         return data
     if isinstance(data, dict):
-        return [{"id": key, **value} for key, value in data.items()]
+        return [{"id": key, **value} if isinstance(value, dict) else value for key, value in data.items()]
     raise CorpusFormatError(f"{path} holds a JSON {type(data).__name__}; expected a list of passages "
                             "or an object mapping ids to passages")
 

@@ -255,6 +255,8 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, engine: EngineConf
         passages = load_corpus(corpus)
     except (FileNotFoundError, CorpusFormatError) as error:  # a missing or malformed corpus file
         raise UserError(error) from error
+    if not passages:
+        raise UserError(f"the corpus {corpus} holds no passages; give a .jsonl or .json file of passages")
     adapter = f"+{Path(engine.embedding_adapter).name}" if engine.embedding_adapter else ""
     name = cfg.embedder.name or f"{cfg.model.name}:backbone{adapter}"
     folder = (Path(to_absolute_path(spec.folder)) if spec.folder

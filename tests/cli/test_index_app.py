@@ -51,3 +51,15 @@ def test_unknown_retrieval_mode_is_a_one_line_error(run_app, tiny_models, capsys
     err = capsys.readouterr().err
     assert err.strip() == ("orthrus-rag-index: error: index.retrieval: expected 'dense' or 'bm25' or 'hybrid', "
                            "got 'sparse'")
+
+
+@pytest.mark.parametrize("retrieval", ["bm25", "dense"])
+def test_empty_corpus_is_a_one_line_error(run_app, tiny_models, tmp_path, capsys, retrieval):
+    corpus = tmp_path / "empty.jsonl"
+    corpus.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(main, "orthrus-rag-index", *tiny_models, f"corpus={corpus}", f"index.retrieval={retrieval}")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"orthrus-rag-index: error: the corpus {corpus} holds no passages; give a .jsonl or .json file "
+                   "of passages")

@@ -64,3 +64,11 @@ def test_fingerprint_changes_with_any_field():
     assert fp != corpus_fingerprint([Passage("a", "Ana", "x"), Passage("c", "Bo", "y")])
     assert fp != corpus_fingerprint([Passage("a", "AnaB", "x"), Passage("b", "o", "y")])
     assert fp != corpus_fingerprint(base[::-1])
+
+
+def test_a_json_corpus_that_is_not_passages_is_a_format_error(tmp_path):
+    for text, message in [('{"a": 1}', "passage 0 of .* is a int"), ("[{", "is not valid JSON")]:
+        path = tmp_path / "corpus.json"
+        path.write_text(text)
+        with pytest.raises(CorpusFormatError, match=message):
+            load_corpus(path)
