@@ -75,9 +75,10 @@ def _translating() -> Iterator[None]:
 
 
 # ---- replica counters -----------------------------------------------------------------------------------------------
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, max_restarts=-1)
 class StatsBoard:
-    """The latest `engine.stats()` of each replica, with when it came, and its last STEPS_KEPT engine steps."""
+    """The latest `engine.stats()` of each replica, with when it came, and its last STEPS_KEPT engine steps; Ray
+    restarts it when it dies (empty: the replicas fill it again within a STATS_PERIOD_S)."""
 
     def __init__(self):
         self.rows: dict[str, tuple[float, dict]] = {}
@@ -261,7 +262,12 @@ def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME
     """Start Ray Serve's HTTP proxy on server.host:server.port and run the application (in a connected Ray)."""
     StatsBoard.options(name=board_name(app_name), namespace=NAMESPACE, lifetime="detached",
                        get_if_exists=True).remote()
-    serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=logging_config(settings))
+    try:
+        serve.start(http_options={"host": settings.host, "port": settings.port},
+                    logging_config=logging_config(settings))
+    except RuntimeError as error:  # Ray Serve's HTTP proxy did not start
+        raise UserError(f"Ray Serve cannot listen on {settings.host}:{settings.port} ({translated(error)}); is "
+                        "another server on server.port?") from error
     try:
         serve.run(application(spec, settings, app_name, examples), name=app_name, route_prefix="/")
     except RuntimeError as error:  # a replica failed to start

@@ -177,6 +177,18 @@ async def test_killing_a_replica_gives_503s_then_it_comes_back(ray_url):
             await asyncio.sleep(1.0)  # a stats period
 
 
+def test_the_replicas_counters_come_back_after_the_stats_actor_crashes(ray_url):
+    import ray
+
+    from orthrus_rag.serving.ray_serve import NAMESPACE, board_name
+
+    steps = lambda: metric(ray_url, "orthrus_engine_steps_total").get("", 0)  # noqa: E731
+    ray.kill(ray.get_actor(board_name(APP), namespace=NAMESPACE), no_restart=False)  # as if it crashed
+    before = steps()
+    reply = httpx.post(f"{ray_url}/v1/completions", json={"prompt": "Count:", "max_tokens": 4}, timeout=60)
+    assert reply.status_code == 200
+    wait_until(lambda: steps() > before, 30, "the replicas' counters no longer reach /metrics")
+
 def test_replicas_must_be_positive(monkeypatch, capsys):
     from orthrus_rag.serving.cli import main
 
