@@ -2,7 +2,6 @@
 import math
 
 import bm25s
-import numpy as np
 import pytest
 
 from indexes.bm25_index import BM25Index, BM25Params, load_or_build_bm25, passage_text
