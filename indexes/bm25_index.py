@@ -17,7 +17,7 @@ import numpy as np
 from bm25s.tokenization import Tokenizer
 
 from indexes.corpus import corpus_fingerprint
-from indexes.faiss_index import check_corpus
+from indexes.manifest import check_corpus
 from orthrus_rag.rag.types import Passage
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its build notes reach the console

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from indexes.corpus import corpus_fingerprint
-from indexes.manifest import MANIFEST_FILE, IndexManifest
+from indexes.manifest import MANIFEST_FILE, IndexManifest, IndexMismatchError, check_corpus
 from indexes.placement import faiss_module, place
 from indexes.torch_search import TorchFlatSearch
 from orthrus_rag.rag.types import Passage
@@ -17,10 +17,6 @@ from orthrus_rag.rag.types import Passage
 INDEX_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"  # a Flat index saved where faiss is not installed
 METRICS = ("ip", "l2")
-
-
-class IndexMismatchError(ValueError):
-    """A saved index built by another embedder or over another corpus."""
 
 
 class DenseIndex:
@@ -104,16 +100,6 @@ class DenseIndex:
                                      f"{expected_embedding}: rebuild it with these embedder settings or point to "
                                      "another index folder")
         return cls(_read_index(folder, manifest), corpus, manifest, device)
-
-
-def check_corpus(folder: Path, fingerprint: str, num_passages: int, corpus: Sequence[Passage]) -> None:
-    """An IndexMismatchError unless the index saved in `folder` (its manifest's corpus fingerprint and passage
-    count) was built over `corpus`."""
-    given = corpus_fingerprint(corpus)
-    if fingerprint != given or num_passages != len(corpus):
-        raise IndexMismatchError(f"index in {folder} was built over another corpus ({num_passages} passages, "
-                                 f"fingerprint {fingerprint}; given {len(corpus)}, {given}): rebuild it or point "
-                                 "to another index folder")
 
 
 def _read_index(folder: Path, manifest: IndexManifest):
