@@ -37,7 +37,7 @@ def sample_batch(logits: torch.Tensor, params: list[SamplingParams],
         scaled = logits.index_select(0, index).float() / temperature[:, None].float()
         parts = [(slice(0, len(plain)), False), (slice(len(plain), len(rows)), True)]  # each row drawn as if alone
         picked = torch.cat([_draw(scaled[s], top_k[s].long(), top_p[s].float(), uniform[s].float(), filtered)
-                            for s, filtered in parts])
+                            for s, filtered in parts if s.start < s.stop])
         tokens = tokens.index_copy(0, index, picked)
     return tokens.tolist()
 
