@@ -22,11 +22,8 @@ def settings_node(cls: type, skip: tuple[str, ...] = (), **extra: Any) -> type:
     """`cls`'s init fields (less `skip`, plus `extra` names with their values first) with its defaults, as a
     dataclass Hydra can store; values are typed `Any` there, the project's own checks name a wrong one."""
     fields = [(name, Any, dataclasses.field(default=value)) for name, value in extra.items()]
-    for f in dataclasses.fields(cls):
-        if f.init and f.name not in skip:
-            default = (dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING
-                       else dataclasses.field(default_factory=f.default_factory))
-            fields.append((f.name, Any, default))
+    fields += [(f.name, Any, dataclasses.field(default=f.default, default_factory=f.default_factory))
+               for f in dataclasses.fields(cls) if f.init and f.name not in skip]
     return dataclasses.make_dataclass(f"{cls.__name__}Settings", fields)
 
 

@@ -3,9 +3,10 @@ wrong type is a `SettingError` naming the key; every mistake a user can make in 
 `UserError`, which the apps print as one line."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -20,6 +21,15 @@ class UserError(Exception):
 
 class SettingError(UserError, TypeError):
     """A config value that is no setting of its group, or of the wrong type; the message names the key."""
+
+
+@contextlib.contextmanager
+def user_errors(*kinds: type[Exception], prefix: str = "", suffix: str = "") -> Iterator[None]:
+    """An exception of `kinds` raised in the block becomes a UserError: `<prefix><its message><suffix>`."""
+    try:
+        yield
+    except kinds as error:
+        raise UserError(f"{prefix}{error}{suffix}") from error
 
 
 def check_settings(cls: type, values: Mapping[str, Any], section: str, skip: tuple[str, ...] = ()) -> None:

@@ -3,10 +3,7 @@
     plan = StackPlan.from_config(cfg, corpus)   # every setting checked, nothing loaded: a mistake fails at once
     stack = await plan.build(plan.start_engine())   # the index loaded (or built and cached), the pipelines built
 
-The plan maps the `model`, `embedder` and `runtime` groups onto the EngineConfig, the `embedder` group onto the
-EmbeddingRecipe (how queries and passages are embedded), the `index` group onto the IndexSource (which corpus, which
-cached folder, how it retrieves), and each `pipeline` group onto its checked settings. It plans an index only when
-a pipeline retrieves (or the caller asks for one)."""
+It plans an index only when a pipeline retrieves (or the caller asks for one)."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +27,7 @@ from orthrus_rag.models.registry import ADAPTERS_DIR
 from orthrus_rag.rag import EngineReasoner, Passage, Pipeline, Retriever
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.retrieval import RetrievalMode, RetrievalSettings, SearchIndexes, make_retriever
-from orthrus_rag.settings import UserError, check_settings, plain, typed
+from orthrus_rag.settings import UserError, check_settings, plain, typed, user_errors
 
 
 @dataclasses.dataclass
@@ -74,7 +71,6 @@ class Stack:
     """What a plan builds over an engine: the indexes and retriever (None when nothing retrieves) and the
     pipelines by name (`pipeline` is the first one: a run's only pipeline)."""
 
-    engine: EngineLike | None
     indexes: SearchIndexes | None
     retriever: Retriever | None
     pipelines: dict[str, Pipeline]
@@ -102,7 +98,11 @@ class StackPlan:
         pipeline retrieves."""
         from pipelines import PIPELINES
 
-        groups = _pipeline_groups(cfg, pipelines)
+        if pipelines is None:
+            pipelines = {cfg.pipeline.name: cfg.pipeline} if cfg.get("pipeline") is not None else {}
+        groups = {name: {"name": name, **plain(group)} for name, group in pipelines.items()}
+        for group in groups.values():
+            _make_pipeline(group, None, None)  # settings errors show before anything loads
         retrieves = any(PIPELINES[group["name"]].retrieves for group in groups.values())
         engine = _engine_config(cfg)
         embedding = _embedding(cfg, engine)
@@ -120,10 +120,9 @@ class StackPlan:
         """An AsyncEngine with the planned config; a missing model or a bad runtime value is a UserError."""
         print(f"loading {self.engine.generator} and {self.engine.embedder or 'backbone embeddings'} ...",
               file=sys.stderr)
-        try:
+        with user_errors(ModelNotFoundError, InvalidRequestError,
+                         suffix=" (check model.name, embedder.name and runtime.*)"):
             return AsyncEngine(self.engine)
-        except (ModelNotFoundError, InvalidRequestError) as error:
-            raise UserError(f"{error} (check model.name, embedder.name and runtime.*)") from error
 
     async def build(self, engine: EngineLike | None, indexes: SearchIndexes | None = None) -> Stack:
         """The stack over `engine`: the planned indexes (`indexes` when given, else each cached in its folder when
@@ -134,28 +133,16 @@ class StackPlan:
         retriever = make_retriever(engine, indexes, self.embedding) if indexes is not None else None
         reasoner = EngineReasoner(engine) if engine is not None else None
         built = {name: _make_pipeline(group, retriever, reasoner) for name, group in self.pipelines.items()}
-        return Stack(engine, indexes, retriever, built)
+        return Stack(indexes, retriever, built)
 
 
 # ---- pipelines ------------------------------------------------------------------------------------------------
-def _pipeline_groups(cfg: DictConfig, pipelines: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict]:
-    """name -> checked pipeline group; the default is `cfg.pipeline` under its own name."""
-    if pipelines is None:
-        pipelines = {cfg.pipeline.name: cfg.pipeline} if cfg.get("pipeline") is not None else {}
-    groups = {name: {"name": name, **plain(group)} for name, group in pipelines.items()}
-    for group in groups.values():
-        _make_pipeline(group, None, None)  # settings errors show before anything loads
-    return groups
-
-
 def _make_pipeline(group: Mapping[str, Any], retriever: Retriever | None, reasoner) -> Pipeline:
     """The pipeline a `pipeline` group names, with the group's other keys as its (checked) settings."""
     from pipelines import build_pipeline
 
-    settings = dict(group)
-    name = settings.pop("name", None)
     try:
-        return build_pipeline(name, retriever, reasoner, **settings)
+        return build_pipeline(retriever=retriever, reasoner=reasoner, **group)
     except UserError:
         raise
     except (KeyError, TypeError, ValueError, FileNotFoundError) as error:
@@ -169,20 +156,14 @@ def _engine_config(cfg: DictConfig) -> EngineConfig:
     runtime = plain(cfg.runtime)
     check_settings(EngineConfig, runtime, "runtime", skip=("generator", "embedder"))
     runtime["embedding_adapter"] = _adapter_folder(cfg)
-    try:
+    with user_errors(ValueError):
         cpu_flags()  # a bad ORTHRUS_CPU_MAX_ISA fails here, before anything loads
-    except ValueError as error:
-        raise UserError(str(error)) from error
     config = EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
-    try:
+    with user_errors(InvalidRequestError):
         config.validate()
         make_policy(config)
-    except InvalidRequestError as error:
-        raise UserError(error) from error
-    try:
+    with user_errors(ValueError, prefix="runtime.dtype: "):
         dtype = resolve_dtype(config.dtype, config.device)
-    except ValueError as error:
-        raise UserError(f"runtime.dtype: {error}") from error
     return dataclasses.replace(config, dtype=str(dtype).removeprefix("torch."))
 
 
@@ -198,10 +179,8 @@ def _adapter_folder(cfg: DictConfig) -> str | None:
         raise UserError(f"embedding adapter {name!r}: {folder} is no PEFT LoRA folder (no adapter_config.json); "
                         "give a shipped adapter's name, a folder, or embedder.adapter=null for the raw backbone")
     settings = json.loads(config.read_text(encoding="utf-8"))
-    try:
+    with user_errors(InvalidRequestError):
         check_adapter_config(settings, folder)
-    except InvalidRequestError as error:
-        raise UserError(error) from error
     base = settings.get("base_model_name_or_path")
     if folder.parent == ADAPTERS_DIR and base and base != cfg.model.name:
         raise UserError(f"the shipped embedding adapter {name!r} was trained for {base!r}, not model.name="
@@ -246,15 +225,11 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, engine: EngineConf
     from orthrus_rag.demo import demo_corpus_path
 
     spec = typed(IndexSpec, cfg.get("index") or {}, "index")
-    try:
+    with user_errors(ValueError):
         retrieval = RetrievalSettings(spec.retrieval, spec.rrf_k, spec.candidates)
-    except ValueError as error:
-        raise UserError(error) from error
     corpus = Path(corpus) if corpus else demo_corpus_path()
-    try:
+    with user_errors(FileNotFoundError, CorpusFormatError):  # a missing or malformed corpus file
         passages = load_corpus(corpus)
-    except (FileNotFoundError, CorpusFormatError) as error:  # a missing or malformed corpus file
-        raise UserError(error) from error
     if not passages:
         raise UserError(f"the corpus {corpus} holds no passages; give a .jsonl or .json file of passages")
     adapter = f"+{Path(engine.embedding_adapter).name}" if engine.embedding_adapter else ""

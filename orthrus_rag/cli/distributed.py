@@ -1,11 +1,6 @@
 """`orthrus-rag workers=N`: one experiment's questions spread over N Ray actors, merged back in question order
-(docs/serving.md#scaling-out).
-
-Each actor builds its own engine and the stack the run's plan describes, as a local run does (the index built once
-per machine, loaded by the others); once every actor is ready, question i goes to actor i mod N as one call, each
-actor answering `concurrency` questions at a time, and each answer is handed over as it completes. The RunOutput has
-the local run's shape, its wall time that of the answering phase (ready to last answer).
-"""
+(docs/serving.md#scaling-out: each actor builds the plan's stack as a local run does; the RunOutput's wall time is
+that of the answering phase, from every actor ready to the last answer)."""
 from __future__ import annotations
 
 import asyncio

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.utils import to_absolute_path
@@ -24,29 +23,20 @@ from orthrus_rag.stack import StackPlan
 APP = "orthrus-rag-index"
 
 
-@dataclass
-class IndexReport:
-    kind: str  # dense | bm25
-    folder: Path
-    manifest: IndexManifest | BM25Manifest
-    built: bool  # False: a matching cached index was loaded
-
-    def lines(self) -> str:
-        what = "built" if self.built else "found cached"
-        m = self.manifest
-        name, shape = (("index", f"dimension {m.dimension}, factory {m.factory}") if self.kind == "dense"
-                       else ("BM25 index", "BM25"))
-        size = sum(f.stat().st_size for f in self.folder.iterdir() if f.is_file())
-        return (f"{name} {what}: {self.folder}\n"
-                f"  {m.num_passages} passages, {shape}, {size / 2**20:.1f} MiB on disk")
+def _report(kind: str, folder: Path, manifest: IndexManifest | BM25Manifest, built: bool) -> str:
+    name, shape = (("index", f"dimension {manifest.dimension}, factory {manifest.factory}") if kind == "dense"
+                   else ("BM25 index", "BM25"))
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    return (f"{name} {'built' if built else 'found cached'}: {folder}\n"
+            f"  {manifest.num_passages} passages, {shape}, {size / 2**20:.1f} MiB on disk")
 
 
 def _mtime(path: Path) -> int | None:
     return path.stat().st_mtime_ns if path.is_file() else None
 
 
-def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
-    """The indexes `index.retrieval` uses, each built (or found cached) and reported, and the seconds it took."""
+def run(cfg: DictConfig) -> None:
+    """Build (or find cached) the indexes `index.retrieval` uses; report each, and the seconds it took."""
     plan = StackPlan.from_config(cfg, to_absolute_path(cfg.corpus) if cfg.corpus else None, pipelines={},
                                  with_index=True)
     source = plan.index
@@ -64,17 +54,9 @@ def build(cfg: DictConfig) -> tuple[list[IndexReport], float]:
     finally:
         if engine is not None:
             engine.shutdown()
-    reports = [IndexReport(kind, path.parent, getattr(indexes, kind).manifest, _mtime(path) != before[kind])
-               for kind, path in manifests.items()]
-    return reports, seconds
-
-
-def run(cfg: DictConfig) -> list[IndexReport]:
-    reports, seconds = build(cfg)
-    for report in reports:
-        print(report.lines())
+    for kind, path in manifests.items():
+        print(_report(kind, path.parent, getattr(indexes, kind).manifest, _mtime(path) != before[kind]))
     print(f"done in {seconds:.1f} s")
-    return reports
 
 
 def main() -> None:

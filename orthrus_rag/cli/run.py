@@ -4,21 +4,18 @@
     orthrus-rag pipeline=standard_rag pipeline.k=10
     orthrus-rag dataset=2wiki dataset.split=test dataset.limit=200
     orthrus-rag -m pipeline=no_retrieval,standard_rag,ircot,iter_retgen
-    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (orthrus_rag/cli/distributed.py)
+    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (distributed.py)
     orthrus-rag dataset=2wiki hydra.run.dir=outputs/run1 resume=true   # continue an interrupted run
 
-Each answered question is appended to predictions.jsonl as it completes (eval/predictions.py), the settings the
-answers depend on are saved beside it in settings.json (a resumed run must have the same); results.json is written
-atomically at the end. A run with failed questions exits with status 2 unless `allow_failures=true`.
+Writing the files as it goes, resuming, and failed questions: docs/experiments.md#interrupted-runs-lose-nothing.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -27,7 +24,6 @@ from eval.datasets import DatasetSpec, read_questions
 from eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
 from eval.predictions import PredictionLog
 from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
-from orthrus_rag.engine import EngineLike
 from orthrus_rag.files import write_atomic
 from orthrus_rag.launch import UserError, launch
 from orthrus_rag.stack import StackPlan
@@ -50,29 +46,21 @@ def execute(plan: StackPlan, questions: list, workers: int, concurrency: int | N
         return answer_distributed(plan, questions, workers, concurrency, on_answer)
     engine = plan.start_engine()
     try:
-        return asyncio.run(_answer_all(plan, engine, questions, concurrency, on_answer))
+        return asyncio.run(answer_with(plan, engine, questions, concurrency, on_answer))
     finally:
         engine.shutdown()
 
 
-async def _answer_all(plan: StackPlan, engine: EngineLike, questions: list, concurrency: int | None,
-                      on_answer: OnAnswer | None) -> RunOutput:
-    return await answer_with(await plan.build(engine), questions, concurrency, on_answer)
-
-
-def num_workers(cfg: DictConfig) -> int:
-    workers = cfg.get("workers", 1)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise UserError(f"workers: expected a positive integer (1: this process, N>1: N Ray actors), got {workers!r}")
-    return workers
-
-
-def num_concurrent(cfg: DictConfig) -> int | None:
-    value = cfg.get("concurrency")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise UserError(f"concurrency: expected a positive integer (questions in flight at once, on each worker) or "
-                        f"null (all at once), got {value!r}")
+def _checked(cfg: DictConfig, key: str, default: Any, fits: Callable[[Any], bool], expected: str) -> Any:
+    """`cfg[key]` (`default` when unset); a UserError naming the key unless `fits(value)`."""
+    value = cfg.get(key, default)
+    if not fits(value):
+        raise UserError(f"{key}: expected {expected}, got {value!r}")
     return value
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 # ---- resuming -----------------------------------------------------------------------------------------------
@@ -114,13 +102,6 @@ def _shown(settings: dict[str, Any], key: str) -> str:
 
 
 # ---- scoring and outputs ------------------------------------------------------------------------------------
-def trace_summary(answer: Any) -> list[dict[str, Any]]:
-    """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
-    return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
-             "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
-             "completion_tokens": e.completion_tokens} for e in answer.trace]
-
-
 def _short(text: str) -> str:
     return text if len(text) <= TRACE_CHARS else text[:TRACE_CHARS] + "..."
 
@@ -132,7 +113,10 @@ def scored_row(question: Any, answer: Any) -> dict[str, Any]:
             "aliases": question.aliases, "prediction": answer.prediction,
             "passages": [p.title or p.id for p in answer.passages], "gold_titles": question.gold_titles,
             "scores": asdict(scores), "latency_s": answer.latency_s, "queue_s": answer.queue_s,
-            "calls": answer.num_calls, "trace": trace_summary(answer), "error": answer.error}
+            "calls": answer.num_calls,
+            "trace": [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
+                       "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
+                       "completion_tokens": e.completion_tokens} for e in answer.trace], "error": answer.error}
 
 
 def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: list[dict], run: RunOutput | None,
@@ -172,8 +156,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     spec = DatasetSpec.from_config(cfg.dataset)
     questions = read_questions(spec)
     plan = StackPlan.from_config(cfg, spec.corpus)  # every setting checked before anything loads
-    metrics, workers, concurrency = MetricSettings.from_config(cfg), num_workers(cfg), num_concurrent(cfg)
-    resume, allow_failures = _flag(cfg, "resume"), _flag(cfg, "allow_failures")
+    metrics = MetricSettings.from_config(cfg)
+    workers = _checked(cfg, "workers", 1, _positive, "a positive integer (1: this process, N>1: N Ray actors)")
+    concurrency = _checked(cfg, "concurrency", None, lambda v: v is None or _positive(v), "a positive integer "
+                           "(questions in flight at once, on each worker) or null (all at once)")
+    resume, allow_failures = (_checked(cfg, key, False, lambda v: isinstance(v, bool), "true or false")
+                              for key in ("resume", "allow_failures"))
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     log, settings = PredictionLog(out_dir), answer_settings(cfg)
     if resume:
@@ -198,20 +186,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     log.finish(rows)
     path = write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
     print(format_table(results))
-    print(f"results: {path}\npredictions: {log.path}")
-    sys.stdout.flush()
+    print(f"results: {path}\npredictions: {log.path}", flush=True)
     if results["failed"] and not allow_failures:
         raise UserError(f"{results['failed']} of {len(questions)} questions failed (their 'error' is in {log.path});"
                         " the files are written. Rerun the same command with resume=true to retry them, or set "
                         "allow_failures=true to accept them")
     return results
-
-
-def _flag(cfg: DictConfig, key: str) -> bool:
-    value = cfg.get(key, False)
-    if not isinstance(value, bool):
-        raise UserError(f"{key}: expected true or false, got {value!r}")
-    return value
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from orthrus_rag.launch import launch
 from orthrus_rag.models import ModelNotFoundError
-from orthrus_rag.settings import UserError, plain, typed
+from orthrus_rag.settings import UserError, plain, typed, user_errors
 from orthrus_rag.training import PairSource, TrainResult, TrainSettings, train_adapter
 
 APP = "orthrus-rag-train-adapter"
@@ -34,10 +34,8 @@ def settings_from(cfg: DictConfig) -> tuple[TrainSettings, PairSource]:
 
 def run(cfg: DictConfig) -> TrainResult:
     settings, source = settings_from(cfg)
-    try:
+    with user_errors(ValueError, ModelNotFoundError):  # bad settings or pairs; model.name or distill_from not found
         result = train_adapter(settings, source)
-    except (ValueError, ModelNotFoundError) as error:  # bad settings or pairs; model.name or distill_from not found
-        raise UserError(error) from error
     print(f"adapter written to {result.output} after {result.steps} steps in {result.seconds:.0f} s; "
           f"final loss {result.final_loss:.4f}; held-out recall "
           f"{result.recall_before} -> {result.recall_after}")

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-
 
 def _data_file(name: str) -> Path:
-    path = _HERE / name
+    path = Path(__file__).resolve().parent / name
     if not path.is_file():
         raise FileNotFoundError(f"demo data file {path} is missing: reinstall orthrus-rag "
                                 "(the package data of orthrus_rag.demo was not installed)")

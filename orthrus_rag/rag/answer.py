@@ -28,30 +28,21 @@ def extract_answer(text: str, from_end: bool = False) -> str:
     Without `from_end`, a short first line without a marker is the answer, whatever follows it (a small
     reader often answers, then rambles on: "Oslo\n\nThe answer is: 1925")."""
     lines = [line for line in text.splitlines() if line.strip()]
-    if not from_end and lines and _is_bare_answer(lines[0]):
+    if not from_end and lines and not _MARKER.search(lines[0]) and len(lines[0].split()) <= _SHORT_ANSWER_WORDS:
         return clean_answer(lines[0])
-    found = find_answer(text)
-    if found is not None:
-        return found
-    return clean_answer(lines[-1] if from_end and lines else text)
-
-
-def _is_bare_answer(line: str) -> bool:
-    return not _MARKER.search(line) and len(line.split()) <= _SHORT_ANSWER_WORDS
+    return find_answer(text) or clean_answer(lines[-1] if from_end and lines else text)
 
 
 def find_answer(text: str) -> str | None:
     """The answer a text states with a marker such as "So the answer is: X", or None without one."""
     matches = list(_MARKER.finditer(text))
-    if not matches:
-        return None
-    answer = clean_answer(text[matches[-1].end():])
-    return answer or None
+    return (clean_answer(text[matches[-1].end():]) or None) if matches else None
 
 
 def clean_answer(text: str) -> str:
     """The first line and sentence of `text`, without labels, quotes, markup or trailing punctuation."""
-    line = _first_line(text.replace("**", "").replace("__", ""))
+    lines = text.replace("**", "").replace("__", "").splitlines()
+    line = next((line.strip() for line in lines if line.strip()), "")
     line = _LEADING_LABEL.sub("", line, count=1)
     line = _copied_title(line)
     line = first_sentence(line).strip().strip(_QUOTES).rstrip(_TRAILING).strip(_QUOTES).strip()
@@ -64,9 +55,7 @@ def _copied_title(line: str) -> str:
     "Title: Title is ..."): a reader naming the passage it found the answer in; else the line unchanged."""
     unlabelled = _PASSAGE_LABEL.sub("", line, count=1)
     head, sep, tail = unlabelled.partition(": ")
-    if not sep or len(head.split()) > _TITLE_WORDS:
-        return unlabelled
-    if unlabelled != line or tail.lower().startswith(head.lower()):
+    if sep and len(head.split()) <= _TITLE_WORDS and (unlabelled != line or tail.lower().startswith(head.lower())):
         return head
     return unlabelled
 
@@ -84,10 +73,3 @@ def _is_abbreviation(before: str) -> bool:
     words = before.split()
     word = words[-1].strip(_QUOTES + "(").lower() if words else ""
     return len(word) == 1 or word in _ABBREVIATIONS or _INITIALISM.fullmatch(word) is not None
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""

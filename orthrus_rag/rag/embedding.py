@@ -25,13 +25,10 @@ class EmbeddingRecipe:
     def recipe(self) -> dict[str, Any]:
         """What changes the vectors, beyond the embedder's name (`passage_max_tokens` and `dtype` only when set,
         so indexes of whole passages keep their recipe)."""
-        recipe = {"pooling": self.params.pooling, "normalize": self.params.normalize,
-                  "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix, "adapter": self.adapter}
-        if self.passage_max_tokens is not None:
-            recipe["passage_max_tokens"] = self.passage_max_tokens
-        if self.dtype is not None:
-            recipe["dtype"] = self.dtype
-        return recipe
+        optional = {"passage_max_tokens": self.passage_max_tokens, "dtype": self.dtype}
+        return {"pooling": self.params.pooling, "normalize": self.params.normalize, "query_prefix": self.query_prefix,
+                "passage_prefix": self.passage_prefix, "adapter": self.adapter,
+                **{key: value for key, value in optional.items() if value is not None}}
 
     def for_passages(self) -> PoolingParams:
         """The params a passage is embedded with: these, cut at `passage_max_tokens`."""

@@ -132,9 +132,7 @@ def watch(kind: TraceKind, input: str) -> Iterator[Watch]:
     """Watch one call made inside the block: its start is sent now, its engine outputs observed."""
     live = _LIVE.get()
     call = Watch(live, kind, input)
-    if live is None:
-        yield call
-        return
-    live.send(CallStarted(call.call, kind, input, call.start - live.start))
-    with observing(call.on_output):
+    if live is not None:
+        live.send(CallStarted(call.call, kind, input, call.start - live.start))
+    with observing(call.on_output) if live is not None else contextlib.nullcontext():
         yield call

@@ -8,7 +8,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from tqdm.auto import tqdm
@@ -22,13 +22,7 @@ from orthrus_rag.rag.types import Answer, Passage, TraceEvent
 _SUMMARY_CHARS = 300
 
 
-@dataclass
-class _Recording:
-    start: float
-    events: list[TraceEvent] = field(default_factory=list)
-
-
-_RECORDING: ContextVar[_Recording | None] = ContextVar("orthrus_rag_trace", default=None)
+_RECORDING: ContextVar[list[TraceEvent] | None] = ContextVar("orthrus_rag_trace", default=None)
 
 
 @dataclass(eq=False)
@@ -67,7 +61,8 @@ class Pipeline(ABC):
 
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         """The reasoner's text for `prompt`, recorded in the trace."""
-        summary = _summarize(prompt)
+        text = as_messages(prompt)[-1]["content"]
+        summary = text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
         with live.watch("reason", summary) as call:
             out = await self.reasoner.reason_with_usage(prompt, params)
             call.reasoned(out)
@@ -93,9 +88,15 @@ class Pipeline(ABC):
         than `arrivals[i]`; the time it then waits for a free slot is its answer's `queue_s`.
         """
         questions = list(questions)
-        _check_run_args(questions, concurrency, arrivals)
+        if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
+            raise ValueError(f"concurrency must be an integer >= 1 or None (no limit), got {concurrency!r}")
+        if arrivals is not None and len(arrivals) != len(questions):
+            raise ValueError(f"arrivals has {len(arrivals)} offsets for {len(questions)} questions; give one each")
+        if arrivals is not None and any(a < 0 for a in arrivals):
+            raise ValueError("arrival offsets are seconds from the start of the run and must be >= 0")
+        if any(not isinstance(q, str) for q in questions):
+            raise TypeError("questions must be strings")
         slots = asyncio.Semaphore(concurrency) if concurrency else None
-        bar = tqdm(total=len(questions), desc=type(self).__name__, disable=not progress)
         start = time.perf_counter()
 
         async def one(i: int) -> Answer:
@@ -111,10 +112,8 @@ class Pipeline(ABC):
             bar.update(1)
             return result
 
-        try:
+        with tqdm(total=len(questions), desc=type(self).__name__, disable=not progress) as bar:
             return await gather_or_cancel([one(i) for i in range(len(questions))])
-        finally:
-            bar.close()
 
     async def _answer_or_error(self, question: str) -> Answer:
         """The answer, or an empty one recording the error: one question's failure does not end a run."""
@@ -131,32 +130,27 @@ def _traced(answer):  # noqa: ANN001, ANN202 - wraps any subclass's answer()
     async def traced(self: Pipeline, question: str) -> Answer:
         if _RECORDING.get() is not None:  # a nested call (e.g. super().answer): the outer one records
             return await answer(self, question)
-        recording = _Recording(time.perf_counter())
-        token = _RECORDING.set(recording)
+        start, events = time.perf_counter(), []
+        token = _RECORDING.set(events)
         try:
             result = await answer(self, question)
         finally:
             _RECORDING.reset(token)
         if not isinstance(result, Answer):
             raise TypeError(f"{type(self).__name__}.answer must return an Answer, got {type(result).__name__}")
-        result.latency_s = time.perf_counter() - recording.start
-        for event in recording.events:  # times since the question started
-            event.start_s -= recording.start
-            event.end_s -= recording.start
-        result.trace = recording.events
+        result.latency_s = time.perf_counter() - start
+        for event in events:  # times since the question started
+            event.start_s -= start
+            event.end_s -= start
+        result.trace = events
         return result
     return traced
 
 
 def _record(event: TraceEvent) -> None:
-    recording = _RECORDING.get()
-    if recording is not None:
-        recording.events.append(event)
-
-
-def _summarize(prompt: Prompt) -> str:
-    text = as_messages(prompt)[-1]["content"]
-    return text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
+    events = _RECORDING.get()
+    if events is not None:
+        events.append(event)
 
 
 async def gather_or_cancel(coros: list) -> list:
@@ -170,14 +164,3 @@ async def gather_or_cancel(coros: list) -> list:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-
-
-def _check_run_args(questions: list[str], concurrency: int | None, arrivals: Sequence[float] | None) -> None:
-    if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
-        raise ValueError(f"concurrency must be an integer >= 1 or None (no limit), got {concurrency!r}")
-    if arrivals is not None and len(arrivals) != len(questions):
-        raise ValueError(f"arrivals has {len(arrivals)} offsets for {len(questions)} questions; give one each")
-    if arrivals is not None and any(a < 0 for a in arrivals):
-        raise ValueError("arrival offsets are seconds from the start of the run and must be >= 0")
-    if any(not isinstance(q, str) for q in questions):
-        raise TypeError("questions must be strings")

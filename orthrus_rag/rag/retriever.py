@@ -50,7 +50,12 @@ class DenseRetriever(Retriever):
         self.engine = engine
         self.index = index
         self.embedding = embedding or EmbeddingRecipe()
-        _check_recipe(index, self.embedding)
+        recorded = getattr(getattr(index, "manifest", None), "embedding", None)  # the recipe its manifest records
+        if recorded is not None and recorded != self.embedding.recipe():
+            raise IndexRecipeError(f"the index was embedded with {describe_recipe(recorded) or 'no recorded recipe'}, "
+                                   f"but queries would be embedded with {describe_recipe(self.embedding.recipe())}: "
+                                   "rebuild the index with the same embedder settings (orthrus-rag-index embedder=...) "
+                                   "or use the embedder settings it was built with")
 
     async def retrieve(self, query: str, k: int) -> list[Passage]:
         return (await self.retrieve_with_usage(query, k)).passages
@@ -63,16 +68,6 @@ class DenseRetriever(Retriever):
             raise ValueError(f"engine.embed returned an embedding of shape {vector.shape}; expected (dim,)")
         passages = self.index.search(vector[None], k)[0]
         return Retrieval(list(passages), out.num_tokens)
-
-
-def _check_recipe(index: SearchIndex, embedding: EmbeddingRecipe) -> None:
-    """The index's recorded recipe (manifest.embedding, when it has one) equals the retriever's."""
-    recorded = getattr(getattr(index, "manifest", None), "embedding", None)
-    if recorded is not None and recorded != embedding.recipe():
-        raise IndexRecipeError(f"the index was embedded with {describe_recipe(recorded) or 'no recorded recipe'}, "
-                               f"but queries would be embedded with {describe_recipe(embedding.recipe())}: rebuild "
-                               "the index with the same embedder settings (orthrus-rag-index embedder=...) or "
-                               "use the embedder settings it was built with")
 
 
 def _check_query(query: str, k: int) -> None:

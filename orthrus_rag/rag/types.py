@@ -63,7 +63,4 @@ class Answer:
     @property
     def num_calls(self) -> dict[str, int]:
         """How many retrieve and reason calls were made."""
-        counts = {"retrieve": 0, "reason": 0}
-        for event in self.trace:
-            counts[event.kind] += 1
-        return counts
+        return {kind: sum(event.kind == kind for event in self.trace) for kind in ("retrieve", "reason")}
