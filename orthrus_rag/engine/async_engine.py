@@ -2,19 +2,13 @@
 
 Callers on an asyncio event loop submit work; the loop thread owns the `LLMEngine` (all engine state is touched by
 that thread only), drains submitted commands before each step, and hands results back with
-`call_soon_threadsafe`. When idle it blocks on its command queue, so an idle engine costs no CPU.
-
-Inside the engine every request has its own key; a caller's `request_id` is only a name, and a name still in
-flight is refused. Requests are checked and tokenised on the caller's side (`LLMEngine.prepare`, in a worker thread
-for long texts), so the loop thread only runs steps. Nothing a request sends can stop the loop: a failure is
-contained to the request it belongs to (and a step that fails outside any request fails the requests in flight, not
-the loop). Should the loop thread itself end for any other reason, it marks the engine dead on its way out: every
-waiter and every later call gets an EngineDeadError, and `health()` says why. At shutdown every command still queued
-gets an answer; past `shutdown_timeout_s` what remains is failed.
+`call_soon_threadsafe`. When idle it blocks on its command queue, so an idle engine costs no CPU. Request keys,
+checks on the caller's side, containment, a dead loop and shutdown: docs/engine.md ("Containment", "Liveness").
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
@@ -27,7 +21,7 @@ from dataclasses import dataclass
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.engine import LLMEngine, PreparedRequest, Prompt
 from orthrus_rag.engine.errors import EngineDeadError, EngineError, InvalidRequestError, RequestAbortedError
-from orthrus_rag.engine.observe import current_observer
+from orthrus_rag.engine.observe import OBSERVER
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.step_log import StepRecord
@@ -161,7 +155,7 @@ class AsyncEngine:
 
     async def _submit(self, prompt, params, request_id) -> AsyncIterator[StepOutput]:
         key, rid = self._register(request_id, await self._prepare(prompt, params))
-        waiter, observer = self._waiters[key], current_observer()
+        waiter, observer = self._waiters[key], OBSERVER.get()
         finished = False
         try:
             while not finished:
@@ -290,8 +284,6 @@ class AsyncEngine:
 
 
 def _send(waiter: _Waiter, out: StepOutput) -> None:
-    """Hand an output to its caller's event loop; a closed loop means nobody waits for it any more."""
-    try:
+    """Hand an output to its caller's event loop; a closed loop (RuntimeError) means nobody waits for it any more."""
+    with contextlib.suppress(RuntimeError):
         waiter.loop.call_soon_threadsafe(waiter.queue.put_nowait, out)
-    except RuntimeError:  # the caller's event loop is closed
-        pass

@@ -4,10 +4,8 @@ implementation.
 transformers runs its own model code (projections, RoPE, MLP, norms) over one flat row of packed tokens; for each
 attention layer it calls `paged_attention` with the step's `AttentionMetadata` (the keyword argument
 `orthrus_meta`). The function writes every row's K/V into the cache (chunks that keep no KV use scratch slots), then
-attends each sequence to its own keys only, where the cache holds them, with one of three backends: `vllm_cpu`
-(vllm_cpu.py), `sdpa_in_place` (on CPU its cache and attention math are float32; weights and activations elsewhere
-keep the model's dtype) or `flash_attn_paged`. How each works and where it runs: docs/engine.md ("Attention over
-the paged cache").
+attends each sequence to its own keys only, where the cache holds them, with one of the backends of docs/engine.md
+("Attention over the paged cache").
 """
 from __future__ import annotations
 

@@ -38,14 +38,6 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return not self.chunks and not self.embedder_seqs
 
-    def tokens_by_kind(self) -> dict[str, int]:
-        counts = {"decode": 0, "prefill": 0, "embed": 0}
-        for c in self.chunks:
-            kind = "embed" if c.seq.kind == "embed" else ("decode" if c.is_decode else "prefill")
-            counts[kind] += c.num_tokens
-        counts["embed"] += sum(s.num_tokens for s in self.embedder_seqs)
-        return counts
-
 
 @dataclass
 class ModelOutput:
@@ -53,4 +45,4 @@ class ModelOutput:
 
     logits: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (vocab,)
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (n_tokens, hidden)
-    tokens: dict[str, int | Exception] = field(default_factory=dict)  # request_id -> sampled token, or why not
+    tokens: dict[str, int] = field(default_factory=dict)  # request_id -> sampled token; empty if the batch failed

@@ -84,17 +84,13 @@ class BlockManager:
             assert self.ref_counts[block] >= 0, f"block {block} freed twice"
             if self.ref_counts[block] == 0:
                 self.free[block] = None
-        seq.block_table = []
-        seq.block_hashes = []
+        seq.block_table, seq.block_hashes = [], []
 
     def _take(self, wanted: int | None = None) -> int:
         """A free block: `wanted` (the one after the table's last, so attention reads the sequence in one run) when it
         is free and names no cached prefix; else the least recently freed."""
-        if wanted is not None and wanted in self.free and self.block_hash[wanted] is None:
-            del self.free[wanted]
-            block = wanted
-        else:
-            block, _ = self.free.popitem(last=False)
+        block = wanted if wanted in self.free and self.block_hash[wanted] is None else next(iter(self.free))
+        del self.free[block]
         if self.block_hash[block] is not None:  # evicted: the prefix it held is no longer cached
             del self.cached[self.block_hash[block]]
             self.block_hash[block] = None

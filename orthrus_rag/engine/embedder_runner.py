@@ -1,10 +1,7 @@
-"""The co-located embedder: a sentence-transformers model run in the same engine step as the generator.
-
-A bidirectional encoder cannot be chunked exactly, so each input runs whole. An input longer than the encoder's
-maximum length is split into windows that fit it together with its special tokens ([CLS] ... [SEP]); the
-window embeddings are averaged, weighted by their token counts, then normalised. This is an approximation
-(tokens of one window never attend to another's); inputs that fit in one window are embedded exactly as
-sentence-transformers' `encode` does.
+"""The co-located embedder: a sentence-transformers model run in the same engine step as the generator. A
+bidirectional encoder cannot be chunked exactly, so each input runs whole; one longer than the encoder's maximum
+length is split into windows that fit it with its special tokens ([CLS] ... [SEP]), whose embeddings are averaged
+by token count, then normalised (an approximation; docs/engine.md, "Embeddings").
 """
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 docs/engine.md)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,7 +23,6 @@ from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimin
 from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Kind, Sequence
-from orthrus_rag.engine.stats import EngineStats
 from orthrus_rag.engine.step_log import StepLog, StepRecord
 
 
@@ -33,6 +33,30 @@ class PreparedRequest:
     kind: Kind
     ids: list[int]
     params: SamplingParams | PoolingParams
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: {"decode": 0, "prefill": 0, "embed": 0})
+    generator_s: float = 0.0
+    embedder_s: float = 0.0
+    preemptions: int = 0
+    mixed_steps: int = 0  # steps holding both generation and embedding work
+
+    def record_step(self, sched: SchedulerOutput, gen_s: float, emb_s: float) -> dict[str, int]:
+        """Count one step; returns its tokens by kind."""
+        counts = {"decode": 0, "prefill": 0, "embed": sum(s.num_tokens for s in sched.embedder_seqs)}
+        for c in sched.chunks:
+            counts["embed" if c.seq.kind == "embed" else "decode" if c.is_decode else "prefill"] += c.num_tokens
+        self.steps += 1
+        for kind, n in counts.items():
+            self.tokens[kind] += n
+        self.generator_s += gen_s
+        self.embedder_s += emb_s
+        self.preemptions += len(sched.preempted)
+        self.mixed_steps += bool(counts["embed"]) and bool(counts["decode"] + counts["prefill"])
+        return counts
 
 
 class LLMEngine:
@@ -72,7 +96,8 @@ class LLMEngine:
         ids = self._tokenize(prompt, on_backbone)
         if kind == "embed" and params.truncate is not None:
             ids = ids[:params.truncate]
-        self._check_length(ids, params, on_backbone)
+        if on_backbone:
+            self._check_length(ids, params)
         return PreparedRequest(kind, ids, params)
 
     def add_prepared(self, request_id: str, request: PreparedRequest) -> None:
@@ -80,21 +105,19 @@ class LLMEngine:
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         generate = request.kind == "generate"
-        generator = make_generator(request.params) if generate else None
         seq = Sequence(request_id, request.kind, request.ids, RequestTimings(time.perf_counter()),
                        next(self._arrivals), sampling=request.params if generate else None,
                        pooling=None if generate else request.params)
         self.scheduler.add(seq)
         self.requests[request_id] = seq
-        self.generators[request_id] = generator
+        self.generators[request_id] = make_generator(request.params) if generate else None
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks and pooling state. False when it is unknown or already done."""
         seq = self.requests.get(request_id)
-        if seq is None:
-            return False
-        self._release(seq, "abort")
-        return True
+        if seq is not None:
+            self._release(seq, "abort")
+        return seq is not None
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
@@ -128,7 +151,7 @@ class LLMEngine:
                      emb_s: float) -> StepRecord:
         """What this step held and left behind, for the step log (a few counts the step already has)."""
         blocks = self.blocks
-        return StepRecord(self.step_log.next_id(), time.time(), step_s, gen_s, emb_s, counts,
+        return StepRecord(self.step_log.next_id, time.time(), step_s, gen_s, emb_s, counts,
                           sum(seq.num_tokens for seq in sched.embedder_seqs), len(self.scheduler.running),
                           {kind: len(q) for kind, q in self.scheduler.waiting.items()},
                           blocks.num_blocks - blocks.num_free, blocks.num_blocks)
@@ -154,20 +177,13 @@ class LLMEngine:
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
         out = self.runner.execute(sched.chunks) if sched.chunks else ModelOutput()
-        self._sample(out)
+        if out.logits:  # every sampling row at once; should that fail, `_chunk_output` samples row by row
+            with contextlib.suppress(Exception):
+                out.tokens = dict(zip(out.logits, sample_batch(torch.stack(list(out.logits.values())),
+                                                               [self.requests[r].sampling for r in out.logits],
+                                                               [self.generators[r] for r in out.logits])))
         self.runner.synchronize()  # the policy's cost model needs the step's real time, not its launch time
         return out, time.perf_counter() - start
-
-    def _sample(self, out: ModelOutput) -> None:
-        """All sampling rows of the step at once; row by row if the batch fails, so one bad row is isolated."""
-        ids = list(out.logits)
-        params = [self.requests[rid].sampling for rid in ids]
-        generators = [self.generators[rid] for rid in ids]
-        try:
-            tokens = sample_batch(torch.stack(list(out.logits.values())), params, generators) if ids else []
-        except Exception:
-            tokens = [_try(sample, out.logits[rid], p, g) for rid, p, g in zip(ids, params, generators)]
-        out.tokens = dict(zip(ids, tokens))
 
     def _chunk_output(self, chunk: ScheduledChunk, out: ModelOutput) -> StepOutput | None:
         seq = chunk.seq
@@ -177,9 +193,8 @@ class LLMEngine:
                 if chunk.completes else None
         if not chunk.completes:
             return None
-        token = out.tokens[seq.request_id]
-        if isinstance(token, Exception):
-            raise token
+        rid = seq.request_id
+        token = out.tokens[rid] if out.tokens else sample(out.logits[rid], seq.sampling, self.generators[rid])
         return self._append_token(seq, token)
 
     def _append_token(self, seq: Sequence, token: int) -> StepOutput:
@@ -221,9 +236,7 @@ class LLMEngine:
             raise InvalidRequestError(f"token ids must be integers in [0, {vocab})", "input")
         return list(prompt)
 
-    def _check_length(self, ids: list[int], params, on_backbone: bool) -> None:
-        if not on_backbone:
-            return
+    def _check_length(self, ids: list[int], params) -> None:
         limit = self.runner.max_model_len
         extra = params.max_tokens if isinstance(params, SamplingParams) else 0
         if len(ids) + extra > limit:
@@ -236,20 +249,28 @@ class LLMEngine:
 
     # ---- introspection --------------------------------------------------------------------------------------
     def get_stats(self) -> dict:
-        return self.stats.snapshot(self)
+        stats, blocks = self.stats, self.blocks
+        return {
+            "steps": stats.steps,
+            "mixed_steps": stats.mixed_steps,
+            "tokens": dict(stats.tokens),
+            "generator_s": round(stats.generator_s, 4),
+            "embedder_s": round(stats.embedder_s, 4),
+            "preemptions": stats.preemptions,
+            "prefix_cache_hit_tokens": blocks.hits,
+            "waiting": {k: len(q) for k, q in self.scheduler.waiting.items()},
+            "running": len(self.scheduler.running),
+            "kv_blocks_total": blocks.num_blocks,
+            "kv_blocks_used": blocks.num_blocks - blocks.num_free,
+            "policy": self.scheduler.policy.name,
+            "attention_backend": self.runner.attention_backend,
+            "dtype": str(self.runner.dtype).removeprefix("torch."),
+        }
 
     def embedding_dim(self, model: str | None = None) -> int:
         if model == "backbone" or self.embedder is None:
             return self.runner.hidden_size
         return self.embedder.dim
-
-
-def _try(fn: Callable, *args) -> object:
-    """fn(*args), or the exception it raised."""
-    try:
-        return fn(*args)
-    except Exception as err:
-        return err
 
 
 def _check_unicode(text: str) -> None:

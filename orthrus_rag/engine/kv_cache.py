@@ -1,6 +1,4 @@
-"""The paged KV cache tensors: per layer one K and one V tensor of shape (num_slots, kv_heads * head_dim).
-
-A run of consecutive slots viewed as (n, kv_heads, head_dim) is what attention reads, in place (see attention.py).
+"""The paged KV cache tensors, in the layouts `PagedKVCache` describes.
 
 Slots past the pool's blocks are scratch: chunks that keep no KV (one-chunk backbone embeddings) write there for
 the duration of their step, so every row of a step is attended the same way.

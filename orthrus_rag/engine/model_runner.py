@@ -55,12 +55,13 @@ class ModelRunner:
         if torch.get_num_threads() != self.num_threads:  # the step may run on another thread than the constructor
             set_threads(self.num_threads)
         host = pack_host(chunks, self.block_size, self.scratch_block)
-        step = to_device(host, self.cache, self.block_size, self.attention_backend, self.device)
+        ids, positions, logit_rows, meta = to_device(host, self.cache, self.block_size, self.attention_backend,
+                                                     self.device)
         if self.adapter is not None:
             self.adapter.start = host.embed_start
-        out = self.model(input_ids=step.input_ids[None], position_ids=step.positions[None], use_cache=False,
-                         logits_to_keep=step.logit_rows if host.logit_rows else 1,
-                         output_hidden_states=bool(host.pooled), orthrus_meta=step.meta)
+        out = self.model(input_ids=ids[None], position_ids=positions[None], use_cache=False,
+                         logits_to_keep=logit_rows if host.logit_rows else 1,
+                         output_hidden_states=bool(host.pooled), orthrus_meta=meta)
         result = ModelOutput()
         if host.logit_rows:
             result.logits = dict(zip(host.logit_ids, out.logits[0]))

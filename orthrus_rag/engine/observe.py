@@ -13,17 +13,13 @@ from contextvars import ContextVar
 from orthrus_rag.engine.output import StepOutput
 
 Observer = Callable[[StepOutput], None]
-_OBSERVER: ContextVar[Observer | None] = ContextVar("orthrus_engine_observer", default=None)
+OBSERVER: ContextVar[Observer | None] = ContextVar("orthrus_engine_observer", default=None)  # set by `observing`
 
 
 @contextlib.contextmanager
 def observing(observer: Observer) -> Iterator[None]:
-    token = _OBSERVER.set(observer)
+    token = OBSERVER.set(observer)
     try:
         yield
     finally:
-        _OBSERVER.reset(token)
-
-
-def current_observer() -> Observer | None:
-    return _OBSERVER.get()
+        OBSERVER.reset(token)

@@ -24,13 +24,6 @@ class StepOutput:
     error: Exception | None = None
 
 
-def append_token(seq: Sequence, token: int, tokenizer, eos_ids: set[int]) -> FinishReason | None:
-    """Record a sampled token and extend the text; returns why the sequence stops here, if it does."""
-    seq.output_ids.append(token)
-    seq.timings.first_token = seq.timings.first_token or time.perf_counter()
-    return check_stop(seq, tokenizer, eos_ids)
-
-
 def generate_output(seq: Sequence) -> GenerateOutput:
     """The finished generation's result (call after the scheduler has recorded its finish reason)."""
     seq.timings.finished = time.perf_counter()
@@ -43,11 +36,13 @@ def embed_output(seq: Sequence, vector: torch.Tensor) -> EmbedOutput:
     return EmbedOutput(seq.request_id, vector.float().cpu().numpy(), seq.num_tokens, seq.timings)
 
 
-def check_stop(seq: Sequence, tokenizer, eos_ids: set[int]) -> FinishReason | None:
-    """After a new token: extend `seq.text` by the new token's text; returns why the sequence stops here, if it
-    does (the scheduler records it when it finishes the request). Work per call is proportional to the new tokens,
-    not to the whole output."""
-    params, token = seq.sampling, seq.output_ids[-1]
+def append_token(seq: Sequence, token: int, tokenizer, eos_ids: set[int]) -> FinishReason | None:
+    """Record a sampled token and extend `seq.text` by its text; returns why the sequence stops here, if it does
+    (the scheduler records it when it finishes the request). Work per call is proportional to the new tokens, not
+    to the whole output."""
+    seq.output_ids.append(token)
+    seq.timings.first_token = seq.timings.first_token or time.perf_counter()
+    params = seq.sampling
     stop_token = token in params.stop_token_ids or (token in eos_ids and not params.ignore_eos)
     done = len(seq.output_ids) >= params.max_tokens
     before = len(seq.text)
@@ -79,19 +74,14 @@ def _detokenize(tokenizer, seq: Sequence, end: int, flush: bool) -> str:
     spaces come out as in a full decode). An incomplete multi-byte character waits for its next token, unless
     `flush` (the sequence ends here)."""
     ids = seq.output_ids
-    prefix = _decode(tokenizer, ids[seq.detok_prefix:seq.detok_read])
-    text = _decode(tokenizer, ids[seq.detok_prefix:end])
+    prefix = tokenizer.decode(ids[seq.detok_prefix:seq.detok_read], skip_special_tokens=True)
+    text = tokenizer.decode(ids[seq.detok_prefix:end], skip_special_tokens=True)
     if len(text) <= len(prefix) or (text.endswith("\ufffd") and not flush):
         return ""
     seq.detok_prefix, seq.detok_read = seq.detok_read, end
     return text[len(prefix):]
 
 
-def _decode(tokenizer, ids: list[int]) -> str:
-    return tokenizer.decode(ids, skip_special_tokens=True)
-
-
 def _find_stop(text: str, stops: list[str], new_from: int) -> int | None:
     """Earliest stop string occurrence that ends in the text added since `new_from` (the tail only)."""
-    hits = [i for s in stops if (i := text.find(s, max(0, new_from - len(s) + 1))) >= 0]
-    return min(hits) if hits else None
+    return min((i for s in stops if (i := text.find(s, max(0, new_from - len(s) + 1))) >= 0), default=None)

@@ -6,7 +6,7 @@ come the runs of consecutive blocks that attention reads in place (see attention
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
 import torch
@@ -61,24 +61,16 @@ def key_runs(table: list[int], num_keys: int, block_size: int) -> list[KeyRun]:
     for j in range(-(-num_keys // block_size)):
         length = min(block_size, num_keys - j * block_size)
         if j and table[j] == table[j - 1] + 1:
-            last = runs[-1]
-            runs[-1] = KeyRun(last.slot, last.pos, last.length + length)
+            runs[-1] = replace(runs[-1], length=runs[-1].length + length)
         else:
             runs.append(KeyRun(table[j] * block_size, j * block_size, length))
     return runs
 
 
-@dataclass
-class DeviceStep:
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    logit_rows: torch.Tensor
-    meta: AttentionMetadata
-
-
 def to_device(step: HostStep, cache: PagedKVCache, block_size: int, backend: str,
-              device: torch.device) -> DeviceStep:
-    """One host-to-device transfer for every integer of the step; key runs stay host integers (cache views)."""
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """Token ids, positions, logit rows and attention metadata: one host-to-device transfer for every integer of the
+    step; key runs stay host integers (cache views)."""
     paged = backend in (FLASH_PAGED, VLLM_CPU)  # the kernel reads block tables; SDPA reads runs of blocks
     seqs = [] if paged else [SeqSlice(start, n, ctx, key_runs(table, ctx + n, block_size))
                              for (start, n, ctx), table in zip(step.seg_rows, step.tables)]
@@ -96,4 +88,4 @@ def to_device(step: HostStep, cache: PagedKVCache, block_size: int, backend: str
         tables, cu_q, cu_k, seq_lens = (x.int() for x in kernel)
         meta.kernel = KernelLayout(tables.view(len(key_lens), -1), cu_q, cu_k, seq_lens,
                                    max(n for _, n, _ in step.seg_rows), max(key_lens), block_size)
-    return DeviceStep(ids, positions, logit_rows, meta)
+    return ids, positions, logit_rows, meta

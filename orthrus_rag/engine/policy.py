@@ -162,11 +162,9 @@ class AdaptivePolicy(Policy):
     @property
     def embed_ratio(self) -> float:
         """runtime.embedder_token_cost, else measured: c_e / c_g (1 until both costs are known)."""
-        if self.fixed_ratio is not None:
-            return self.fixed_ratio
-        if self.gen_cost.ready and self.emb_cost.ready:
+        if self.fixed_ratio is None and self.gen_cost.ready and self.emb_cost.ready:
             return self.emb_cost.slope / self.gen_cost.slope
-        return 1.0
+        return super().embed_ratio
 
     def plan(self, view: QueueView) -> None:
         self.cap = float(self.step_tokens)
@@ -208,7 +206,7 @@ class LinearCost:
 
     @property
     def ready(self) -> bool:
-        return self.w > 0 and self.slope > 0
+        return self.slope > 0  # 0 before the first observation
 
     @property
     def slope(self) -> float:
@@ -222,7 +220,5 @@ class LinearCost:
 
     @property
     def intercept(self) -> float:
-        if self.w == 0:
-            return 0.0
-        return max(0.0, (self.y - self.slope * self.x) / self.w)
+        return max(0.0, (self.y - self.slope * self.x) / self.w) if self.w else 0.0
 

@@ -56,8 +56,7 @@ def _draw(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, unifor
     order = None
     if filtered:
         logits, order = torch.sort(logits, dim=-1, descending=True)
-        logits = _top_k_sorted(logits, top_k)
-        logits = _top_p_sorted(logits, top_p)
+        logits = _top_p_sorted(_top_k_sorted(logits, top_k), top_p)
     cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
     target = (uniform * cdf[:, -1])[:, None]
     pos = torch.searchsorted(cdf, target, right=True).clamp_(max=logits.shape[-1] - 1)

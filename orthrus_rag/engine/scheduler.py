@@ -1,11 +1,6 @@
-"""The scheduler: which rows run in the next step, under `max_num_batched_tokens` and `max_num_seqs`.
-
-Order of placement: (1) running decodes, oldest first, so a long prefill never stalls them; (2) unfinished chunks
-of running prompts and backbone embeddings; (3) new requests, the composition policy choosing the queue. Long
-prompts and long backbone embedding inputs are cut into chunks across steps. A queue whose head cannot start
-(no KV blocks, no room) is passed over for the step, so the other kind still starts. A co-located embedding is
-never cut: one that costs more than the room the running work (1, 2) leaves runs over the budget, and the step then
-admits nothing more, so steady decodes cannot starve it and a step overruns by at most one embedding.
+"""The scheduler: which rows run in the next step, under `max_num_batched_tokens` and `max_num_seqs`. The order of
+placement, queues passed over and co-located embeddings over the budget: docs/engine.md (its steps, "Preemption by
+recompute", "Composition policies").
 
 The scheduler is the only owner of a sequence's life cycle (the engine reads results and asks it to finish):
 
@@ -14,10 +9,8 @@ The scheduler is the only owner of a sequence's life cycle (the engine reads res
                └──── preempt ────────┘        abort / error: WAITING or RUNNING ──finish──> FINISHED
 
 It alone writes `status`, `num_computed`, `finish_reason`, `pool_state` and `timings.first_scheduled`; block tables
-change only through the block manager it calls. When KV blocks run out, the running request that arrived last is
-preempted by recompute (never one that arrived before the request asking): its blocks are freed and it waits again
-at the head of its queue with its tokens kept, so it later produces exactly what it would have. It is not
-re-admitted in the step that evicted it.
+change only through the block manager it calls. Preempting a request frees its blocks; it waits again at the head
+of its queue with its tokens kept (docs/engine.md, "Preemption by recompute").
 """
 from __future__ import annotations
 

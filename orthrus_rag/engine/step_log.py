@@ -37,15 +37,12 @@ class StepLog:
         self.size = size
         self._records: deque[StepRecord] = deque(maxlen=size)
         self._lock = threading.Lock()
-        self._next_id = 1
-
-    def next_id(self) -> int:
-        return self._next_id
+        self.next_id = 1  # the id of the next record (written by the appending thread only)
 
     def append(self, record: StepRecord) -> None:
         with self._lock:
             self._records.append(record)
-            self._next_id = record.id + 1
+            self.next_id = record.id + 1
 
     def since(self, after: int = 0, limit: int | None = None) -> list[StepRecord]:
         with self._lock:

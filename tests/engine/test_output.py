@@ -2,7 +2,7 @@
 import pytest
 
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.engine.output import check_stop, take_delta
+from orthrus_rag.engine.output import append_token, take_delta
 from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sequence import Sequence
 
@@ -23,8 +23,7 @@ def feed(tokenizer, ids: list[int], params: SamplingParams) -> tuple[Sequence, l
     seq = Sequence("r", "generate", [1], RequestTimings(0.0), 0, sampling=params)
     deltas = []
     for token in ids:
-        seq.output_ids.append(token)
-        seq.finish_reason = check_stop(seq, tokenizer, eos_ids=set())  # as the scheduler records it
+        seq.finish_reason = append_token(seq, token, tokenizer, eos_ids=set())  # as the scheduler records it
         deltas.append(take_delta(seq))
         if seq.finish_reason:
             break

@@ -14,7 +14,7 @@ def test_the_log_keeps_the_last_records_and_reads_after_an_id():
     log = StepLog(3)
     for step_id in range(1, 6):
         log.append(record(step_id))
-    assert [r.id for r in log.since()] == [3, 4, 5] and log.next_id() == 6
+    assert [r.id for r in log.since()] == [3, 4, 5] and log.next_id == 6
     assert [r.id for r in log.since(4)] == [5]
     assert [r.id for r in log.since(0, limit=2)] == [4, 5]
     assert log.since(5) == []
