@@ -12,13 +12,12 @@ from orthrus_rag.serving.auth import require_api_key
 from orthrus_rag.serving.body_limit import BodyLimitMiddleware
 from orthrus_rag.serving.disconnect import DisconnectMiddleware
 from orthrus_rag.serving.errors import install_error_handlers
-from orthrus_rag.serving.lifecycle import DrainingMiddleware, Lifecycle
+from orthrus_rag.serving.lifecycle import DrainingMiddleware
 from orthrus_rag.serving.limits import LimitsMiddleware
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
 from orthrus_rag.serving.examples import Examples
-from orthrus_rag.serving.openapi import API_ERRORS, RAG_ERRORS, UNAUTHORIZED, UNAVAILABLE, install_openapi
-from orthrus_rag.serving.routes import chat, completions, embeddings, rag_info, system
-from orthrus_rag.serving.routes import engine as engine_route
+from orthrus_rag.serving.openapi import API_ERRORS, install_openapi
+from orthrus_rag.serving.routes import chat, completions, embeddings, system
 from orthrus_rag.serving.routes import rag as rag_route
 from orthrus_rag.serving.routes.web import install_web
 from orthrus_rag.serving.settings import ServerSettings, served_name
@@ -33,17 +32,23 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     cfg = engine.config
     generator = settings.served_model_name or served_name(cfg.generator)
     embedder = (settings.served_embedder_name or served_name(cfg.embedder)) if cfg.embedder else None
-    state = ServerState(engine, settings, ServerMetrics(engine), Lifecycle(), generator, embedder, rag,
+    state = ServerState(engine, settings, ServerMetrics(engine), generator, embedder, rag,
                         Examples.load(settings.ui) if examples is None else examples)
-    app = FastAPI(title="Orthrus-RAG", lifespan=_lifespan(state, owns_engine))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.draining = True
+        if owns_engine:  # finishes whatever is still in flight, off the event loop so streams keep flowing
+            await asyncio.to_thread(state.engine.shutdown)
+
+    app = FastAPI(title="Orthrus-RAG", lifespan=lifespan)
     app.state.server = state
     install_error_handlers(app)
     guarded = [Depends(require_api_key)]
     for module in (embeddings, completions, chat):
         app.include_router(module.router, dependencies=guarded, responses=API_ERRORS)
-    app.include_router(rag_route.router, dependencies=guarded, responses=RAG_ERRORS)
-    for module in (rag_info, engine_route):
-        app.include_router(module.router, dependencies=guarded, responses={**UNAUTHORIZED, **UNAVAILABLE})
+    app.include_router(rag_route.router, dependencies=guarded)
     app.include_router(system.router)
     if settings.ui.enabled:
         install_web(app)
@@ -51,18 +56,8 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
     app.add_middleware(LimitsMiddleware, timeout_s=settings.request_timeout_s,
                        max_per_key=settings.max_concurrent_per_key, api_key=settings.api_key)
-    app.add_middleware(DrainingMiddleware, lifecycle=state.lifecycle)
+    app.add_middleware(DrainingMiddleware, state=state)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     install_openapi(app)
     return app
 
-
-def _lifespan(state: ServerState, owns_engine: bool):
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        state.lifecycle.start_draining()
-        if owns_engine:  # finishes whatever is still in flight, off the event loop so streams keep flowing
-            await asyncio.to_thread(state.engine.shutdown)
-
-    return lifespan

@@ -19,7 +19,8 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if _declared_length(scope) > self.limit:
+        declared = next((value for name, value in scope.get("headers", []) if name == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > self.limit:
             error = APIError(413, too_large_message(self.limit), code="request_too_large")
             return await error.response()(scope, receive, send)
         seen = 0
@@ -34,9 +35,3 @@ class BodyLimitMiddleware:
 
         await self.app(scope, counted, send)
 
-
-def _declared_length(scope: Scope) -> int:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            return int(value) if value.isdigit() else 0
-    return 0

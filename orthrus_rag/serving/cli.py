@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
@@ -19,9 +19,6 @@ from orthrus_rag.launch import launch
 from orthrus_rag.serving.settings import EmbeddingSettings, ServerSettings
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
-
-if TYPE_CHECKING:
-    from orthrus_rag.serving.examples import Examples
 
 APP = "orthrus-rag-serve"
 log = logging.getLogger("orthrus_rag.serving")
@@ -78,17 +75,11 @@ def run(cfg: DictConfig) -> None:
 
         return serve_on_ray(ReplicaSpec(plan, settings.rag.pipeline if settings.rag.enabled else None), settings,
                             examples)
-    run_single(plan, settings, examples)
-
-
-def run_single(plan: StackPlan, settings: ServerSettings, examples: Examples) -> None:
-    """One engine in this process, under uvicorn; with RAG on, the index is built (or its cache loaded) before
-    serving."""
     from orthrus_rag.serving.app import create_app
     from orthrus_rag.serving.rag_service import build_rag
     from orthrus_rag.serving.server import serve
 
-    engine = plan.start_engine()
+    engine = plan.start_engine()  # one engine in this process, under uvicorn; RAG's index is ready before serving
     try:
         rag = asyncio.run(build_rag(engine, plan, settings.rag.pipeline)) if settings.rag.enabled else None
     except BaseException:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -26,16 +27,12 @@ class Call:
     model: str
 
 
-def new_call(prefix: str, model: str) -> Call:
-    return Call(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
-
-
-def check_model(state: ServerState, model: str | None) -> str:
-    """The generator's served name; a request naming another model is refused."""
+def new_call(state: ServerState, prefix: str, model: str | None) -> Call:
+    """A new call to the generator (its served name); a request naming another model is refused."""
     if model not in (None, state.generator_name):
         raise bad_request(f"unknown model {model!r}: this server generates with {state.generator_name!r}",
                           "model", "model_not_found")
-    return state.generator_name
+    return Call(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), state.generator_name)
 
 
 async def max_tokens_for(state: ServerState, prompt: Prompt, asked: int | None) -> int:
@@ -88,9 +85,7 @@ async def open_stream(state: ServerState, prompt: str | list[int],
 
 
 async def _prepend(first: StepOutput, rest: AsyncIterator[StepOutput]) -> AsyncIterator[StepOutput]:
-    try:
+    async with contextlib.aclosing(rest):  # a closed or cancelled response (client gone) aborts the request
         yield first
         async for out in rest:
             yield out
-    finally:  # a closed or cancelled response (client gone) aborts the request and frees its KV blocks
-        await rest.aclose()

@@ -1,7 +1,6 @@
-"""Bounded requests on the API routes (`/v1/...`): a deadline per request (`server.request_timeout_s`, shortened by a
-request's own `timeout`: routes call `shorten_deadline`; past it the route is cancelled, which aborts its engine
-request, and answered 504) and at most `server.max_concurrent_per_key` requests in flight per key (429 beyond). The
-read-only listings (UNBOUNDED) are bounded by neither (docs/serving.md#bounded-requests).
+"""Bounded requests on the API routes (`/v1/...` but the read-only listings in UNBOUNDED): a deadline per request,
+which a route shortens to the request's own `timeout` with `shorten_deadline` (504 past it), and at most
+`server.max_concurrent_per_key` requests in flight per API key (429 beyond); docs/serving.md#bounded-requests.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,9 +42,6 @@ class ServerMetrics:
         yield GaugeMetricFamily("orthrus_kv_blocks_total", "KV cache blocks in the pool",
                                 stats.get("kv_blocks_total", 0))
         yield CounterMetricFamily("orthrus_engine_steps", "Engine steps run", stats.get("steps", 0))
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 class MetricsMiddleware:

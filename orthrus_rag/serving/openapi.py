@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from orthrus_rag.serving.errors import ErrorBody
-from orthrus_rag.serving.rag_events import EVENT_TYPES
+from orthrus_rag.serving.rag_stream import EVENT_TYPES
 from orthrus_rag.serving.responses import ChatCompletionChunk, CompletionResponse
 
 REF = "#/components/schemas/{model}"

@@ -1,22 +1,74 @@
-"""The streamed form of `/v1/rag`: the pipeline answers in its own task while its live trace is sent as events
-(orthrus_rag/serving/rag_events.py). When the client goes away the stream is closed, which cancels the task and so
-aborts its engine requests; past the request's deadline the stream ends with a `request_timeout` error event."""
+"""The streamed form of `/v1/rag` (`"stream": true`): the pipeline answers in its own task while its live trace is
+sent as events: `start` first, the live events of orthrus_rag/rag/live.py, then `answer` or `error`, then
+`data: [DONE]`; their order and fields are tabled in docs/web.md#streamed-v1rag and published in /openapi.json. When
+the client goes away the stream is closed, which cancels the task and so aborts its engine requests; past the
+request's deadline the stream ends with a `request_timeout` error event."""
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from eval.datasets import Question
 from orthrus_rag.rag import Answer
-from orthrus_rag.rag.live import listening
-from orthrus_rag.serving.errors import APIError, as_api_error
-from orthrus_rag.serving.examples import score
-from orthrus_rag.serving.rag_events import AnswerEvent, ErrorEvent, StartEvent, Timeline
+from orthrus_rag.rag.live import CallStarted, LiveEvent, Reasoned, Retrieved, TextDelta, listening
+from orthrus_rag.serving.errors import APIError, ErrorDetail, as_api_error
+from orthrus_rag.serving.examples import Score, score
 from orthrus_rag.serving.responses import RagResponse
 
 STREAM_GRACE_S = 2.0  # past the deadline the stream sends its error event; the server cuts it only this long after
+SPANS = ("queue_s", "embed_s", "search_s", "prefill_s", "decode_s")  # the parts of a call's time the events report
+
+
+class StartEvent(BaseModel):
+    type: Literal["start"] = "start"
+    question: str
+    pipeline: str
+
+
+@dataclass
+class Timeline:
+    """Where the question's time went, summed over its calls: engine queue, embedding, search (everything of a
+    retrieval outside the engine), prefill, decode, and the rest (the pipeline's own work, calls overlapping)."""
+
+    queue_s: float = 0.0
+    embed_s: float = 0.0
+    search_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    other_s: float = 0.0
+    total_s: float = 0.0
+
+    def add(self, event: LiveEvent) -> None:
+        for name in SPANS:  # a retrieval reports queue, embed and search; a reasoning call queue, prefill and decode
+            setattr(self, name, getattr(self, name) + getattr(event, name, 0.0))
+
+    def close(self, total_s: float) -> Timeline:
+        spent = sum(getattr(self, name) for name in SPANS)
+        self.total_s, self.other_s = total_s, max(0.0, total_s - spent)
+        return self
+
+
+class AnswerEvent(BaseModel):
+    type: Literal["answer"] = "answer"
+    answer: str
+    passages: list[dict[str, Any]] = []
+    trace: list[dict[str, Any]] = []
+    latency_s: float
+    timeline: Timeline
+    score: Score | None = None  # when the request named an `example`
+
+
+class ErrorEvent(BaseModel):
+    type: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+EVENT_TYPES = (StartEvent, CallStarted, TextDelta, Retrieved, Reasoned, AnswerEvent, ErrorEvent)
 
 
 async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pipeline: str,

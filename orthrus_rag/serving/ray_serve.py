@@ -1,17 +1,12 @@
-"""`orthrus-rag-serve server.replicas=N` (N > 1): the same API as a Ray Serve application.
+"""`orthrus-rag-serve server.replicas=N` (N > 1): the same API as a Ray Serve application (docs/serving.md#scaling-out).
 
     HTTP -> Ray Serve proxy -> ingress (1 replica, no CPU reserved): the FastAPI app of `create_app`, whose engine
                                is a ReplicaClient
                             -> EngineReplica x N (server.num_cpus / server.num_gpus each): one AsyncEngine each,
                                with its own /v1/rag index and pipelines (orthrus_rag/serving/replica.py)
 
-Ray Serve's router picks the replica of every call. Streams come back through `handle.options(stream=True)`. A call
-the ingress stops waiting for (its client went away) is cancelled on its replica, and the engine there aborts the
-request. A replica that dies fails the calls it held with a 503 (`replica_unavailable`); Ray Serve starts a new one.
-
 `/metrics`, `/health` and `/v1/engine/steps` come from a stats actor (StatsBoard): each replica pushes its counters
-and new engine steps to it every STATS_PERIOD_S and the ingress polls it; the engine families are the SUM over the
-replicas heard from within STATS_MAX_AGE_S (docs/serving.md#scaling-out).
+and new engine steps to it every STATS_PERIOD_S and the ingress polls it.
 """
 from __future__ import annotations
 
@@ -88,15 +83,12 @@ class StatsBoard:
         self.rows[replica] = (time.monotonic(), stats)
         self.steps.setdefault(replica, deque(maxlen=STEPS_KEPT)).extend(steps)
 
-    def live(self, max_age_s: float) -> dict[str, dict]:
+    def live(self, max_age_s: float) -> tuple[dict[str, dict], dict[str, list[StepRecord]]]:
+        """The stats of each replica heard from within `max_age_s`, and its last steps, oldest first."""
         now = time.monotonic()
         self.rows = {r: row for r, row in self.rows.items() if now - row[0] <= max_age_s}
         self.steps = {r: steps for r, steps in self.steps.items() if r in self.rows}
-        return {r: stats for r, (_, stats) in self.rows.items()}
-
-    def recent_steps(self) -> dict[str, list[StepRecord]]:
-        """Each live replica's last steps (as of its last report), oldest first."""
-        return {r: list(steps) for r, steps in self.steps.items()}
+        return {r: stats for r, (_, stats) in self.rows.items()}, {r: list(steps) for r, steps in self.steps.items()}
 
 
 def board_name(app_name: str) -> str:
@@ -109,11 +101,10 @@ class ReplicaClient:
     `context_length`), each call forwarded to one engine replica through Ray Serve; also the Prometheus collector of
     the per-replica families."""
 
-    def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any):
+    def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any, live: tuple):
         self.handle, self.config, self.board = handle, spec.plan.engine, board
         self.tokenizer, self._dims, self.context_length = info.tokenizer, info.embedding_dims, info.context_length
-        self.replica_stats: dict[str, dict] = {}
-        self._steps: dict[str, list[StepRecord]] = {}
+        self.replica_stats, self._steps = live  # as StatsBoard.live returns them, refreshed by poll_stats
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None) -> GenerateOutput:
         return await self._call(self.handle.generate.remote(prompt, params or SamplingParams()))
@@ -141,8 +132,7 @@ class ReplicaClient:
 
     def health(self) -> str | None:
         """None while some replica reports its counters (Ray Serve replaces a replica whose check_health fails)."""
-        return None if self.replica_stats else "no engine replica has reported in the last " \
-                                                 f"{STATS_MAX_AGE_S:.0f} s"
+        return None if self.replica_stats else f"no engine replica has reported in the last {STATS_MAX_AGE_S:.0f} s"
 
     def stats(self) -> dict:
         """The replicas' counters, summed, as of the last poll (every STATS_PERIOD_S)."""
@@ -168,8 +158,7 @@ class ReplicaClient:
     async def poll_stats(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # a restarting stats actor: keep the last counters
-                self.replica_stats = await self.board.live.remote(STATS_MAX_AGE_S)
-                self._steps = await self.board.recent_steps.remote()
+                self.replica_stats, self._steps = await self.board.live.remote(STATS_MAX_AGE_S)
             await asyncio.sleep(STATS_PERIOD_S)
 
     @staticmethod
@@ -221,10 +210,9 @@ class OpenAIIngress:
         from orthrus_rag.serving.app import create_app
 
         board = ray.get_actor(self.board, namespace=NAMESPACE)
-        while len(live := await board.live.remote(STATS_MAX_AGE_S)) < self.settings.replicas:  # /health waits for all
+        while len((live := await board.live.remote(STATS_MAX_AGE_S))[0]) < self.settings.replicas:
             await asyncio.sleep(STATS_PERIOD_S)
-        client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board)
-        client.replica_stats = live
+        client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board, live)
         self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
         app = create_app(client, self.settings, client.rag if self.spec.rag else None, examples=self.examples,
                          owns_engine=False)

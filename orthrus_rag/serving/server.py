@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 
 import uvicorn
 from fastapi import FastAPI
@@ -15,14 +14,14 @@ class DrainingServer(uvicorn.Server):
 
     def __init__(self, app: FastAPI, config: uvicorn.Config):
         super().__init__(config)
-        self.lifecycle = app.state.server.lifecycle
+        self.state = app.state.server
 
     def handle_exit(self, sig: int, frame) -> None:  # noqa: ANN001 - signal handler signature
-        self.lifecycle.start_draining()
+        self.state.draining = True
         super().handle_exit(sig, frame)  # a first signal drains; a second one forces the exit
 
     def begin_shutdown(self) -> None:
-        self.lifecycle.start_draining()
+        self.state.draining = True
         self.should_exit = True
 
 
@@ -33,7 +32,7 @@ def make_server(app: FastAPI, settings: ServerSettings) -> DrainingServer:
     return DrainingServer(app, config)
 
 
-def serve(app: FastAPI, settings: ServerSettings, sock: socket.socket | None = None) -> None:
-    """Serve until interrupted (blocking); `sock` serves on an already bound socket instead of host:port."""
+def serve(app: FastAPI, settings: ServerSettings) -> None:
+    """Serve until interrupted (blocking)."""
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it drained on; the exit is clean
-        make_server(app, settings).run(sockets=[sock] if sock else None)
+        make_server(app, settings).run()

@@ -1,4 +1,4 @@
-"""What the routes share: the engine, settings, served model names, metrics, the RAG callable."""
+"""What the routes and middlewares share: the engine, settings, served model names, metrics, the RAG callable."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -9,7 +9,6 @@ from fastapi import Request
 from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.rag.types import Answer
 from orthrus_rag.serving.examples import Examples
-from orthrus_rag.serving.lifecycle import Lifecycle
 from orthrus_rag.serving.metrics import ServerMetrics
 from orthrus_rag.serving.settings import ServerSettings
 
@@ -21,11 +20,11 @@ class ServerState:
     engine: AsyncEngine
     settings: ServerSettings
     metrics: ServerMetrics
-    lifecycle: Lifecycle
     generator_name: str
     embedder_name: str | None  # None when the engine embeds with the generator's own layers only
     rag: RagFn | None = None
     examples: Examples = field(default_factory=Examples)  # example questions with gold (the web page's picker)
+    draining: bool = False  # set once shutdown begins: new requests get 503 (lifecycle.py)
 
 
 def get_state(request: Request) -> ServerState:

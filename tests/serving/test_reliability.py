@@ -129,7 +129,7 @@ def test_full_waiting_queue_answers_429(serve_app, make_engine):
 def test_draining_server_answers_503(serve_app, engine):
     with serve_app(engine) as running:
         assert httpx.get(f"{running.url}/health", timeout=10).status_code == 200
-        running.state.lifecycle.start_draining()
+        running.state.draining = True
         resp = httpx.post(f"{running.api}/embeddings", json={"input": "late"}, timeout=10)
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "shutting_down"
         assert httpx.get(f"{running.url}/health", timeout=10).status_code == 503
@@ -171,7 +171,7 @@ def test_first_signal_drains_without_forcing_exit(engine):
     app = create_app(engine, owns_engine=False)
     server = make_server(app, ServerSettings())
     server.handle_exit(signal.SIGINT, None)
-    assert app.state.server.lifecycle.draining and server.should_exit and not server.force_exit
+    assert app.state.server.draining and server.should_exit and not server.force_exit
 
 
 def test_a_dead_engine_answers_503_engine_unavailable(serve_app, make_engine):

@@ -10,8 +10,7 @@ from jinja2 import TemplateError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.rag.reasoner import apply_chat_template
 from orthrus_rag.serving.errors import bad_request
-from orthrus_rag.serving.generation import (Call, check_model, max_tokens_for, new_call, open_stream, sampling_params,
-                                            usage_of)
+from orthrus_rag.serving.generation import Call, max_tokens_for, new_call, open_stream, sampling_params, usage_of
 from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
 from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -26,7 +25,7 @@ router = APIRouter()
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=EVENT_STREAM)
 async def chat_completions(req: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)):
     shorten_deadline(request, req.timeout)
-    call = new_call("chatcmpl", check_model(state, req.model))
+    call = new_call(state, "chatcmpl", req.model)
     prompt = render_chat(state.engine.tokenizer, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = sampling_params(req, await max_tokens_for(state, prompt, max_tokens))

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 WEB = Path(__file__).resolve().parents[1] / "web"
 
-router = APIRouter()
 
-
-@router.get("/", include_in_schema=False)
 async def page() -> FileResponse:
     return FileResponse(WEB / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -28,5 +25,5 @@ class RevalidatedFiles(StaticFiles):
 
 
 def install_web(app: FastAPI) -> None:
-    app.include_router(router)
+    app.add_api_route("/", page, include_in_schema=False)
     app.mount("/web", RevalidatedFiles(directory=WEB), name="web")
