@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.rag.types import Passage
-from orthrus_rag.settings import UserError, typed
+from orthrus_rag.settings import UserError, typed, user_errors
 
 DEV_SIZE = 300
 SPLITS = ("dev", "test", "all")
@@ -47,9 +47,8 @@ def load_questions(path: str | Path, split: str = "test", limit: int | None = No
                    aliases: str | Path | None = None) -> list[Question]:
     """Questions from a `.jsonl` file, an official `.json` file, or a Hugging Face id (`hf:owner/name`).
     `aliases`: an id_aliases.json file; by default the one beside the question file, if any."""
-    text = str(path)
-    if text.startswith(HF_PREFIX):
-        return add_aliases(load_hf_questions(text[len(HF_PREFIX):], split, limit),
+    if str(path).startswith(HF_PREFIX):
+        return add_aliases(load_hf_questions(str(path).removeprefix(HF_PREFIX), split, limit),
                            load_aliases(aliases) if aliases else {})
     path = Path(path)
     questions = [_to_question(row, path) for row in select_split(read_rows(path), split, limit)]
@@ -198,18 +197,16 @@ class DatasetSpec:
 
 
 def data_source(path: str | Path) -> Path | str:
-    """A question or corpus file made absolute (relative to where the command was run); `hf:<id>` as given."""
     if str(path).startswith(HF_PREFIX):
         return str(path)
     return Path(to_absolute_path(str(path))).resolve()
 
 
 def read_questions(spec: DatasetSpec) -> list:
-    try:
+    with user_errors(FileNotFoundError, DatasetError, prefix=f"dataset {spec.name!r}: ",
+                     suffix=". Set dataset.path=<questions file> and dataset.corpus=<corpus file> (for dataset=2wiki, "
+                     "or ORTHRUS_RAG_DATA=<folder>)"):
         questions = load_questions(spec.path, spec.split, spec.limit)
-    except (FileNotFoundError, DatasetError) as error:
-        raise UserError(f"dataset {spec.name!r}: {error}. Set dataset.path=<questions file> and "
-                        "dataset.corpus=<corpus file> (for dataset=2wiki, or ORTHRUS_RAG_DATA=<folder>)") from error
     if not questions:
         raise UserError(f"dataset {spec.name!r} has no questions in split {spec.split!r} of {spec.path} "
                         f"(limit {spec.limit}): choose another dataset.split or dataset.limit")

@@ -1,15 +1,8 @@
 """Rebuild a leaderboard: one row per experiment config in its rows folder. Two boards: `smollm2` (LEADERBOARD.md,
 conf/experiment/leaderboard/, leaderboard/results/) and `qwen05` (LEADERBOARD_QWEN05.md,
-conf/experiment/leaderboard_qwen05/, leaderboard/results_qwen05/).
-
-    python -m eval.leaderboard                                          # run every row, then rebuild
-    python -m eval.leaderboard --rows ircot,standard_rag                # run these rows, then rebuild
-    python -m eval.leaderboard --from-results leaderboard/results       # rebuild from the committed results
-    python -m eval.leaderboard --board qwen05                           # the same for the Qwen board
-    python -m eval.leaderboard workers=4                                # each row over 4 Ray actors
-
-A run saves each row's results.json as `<row>.json` in the board's results folder, then rebuilds the table from that
-folder, so `--from-results <that folder>` gives the same file byte for byte (docs/results.md: Leaderboard).
+conf/experiment/leaderboard_qwen05/, leaderboard/results_qwen05/). Running the rows (`--rows a,b`, Hydra overrides
+such as `workers=4` for every run) and rebuilding a board byte for byte from its results folder (`--from-results`):
+docs/results.md (Leaderboard) and leaderboard/README.md.
 """
 from __future__ import annotations
 
@@ -40,8 +33,8 @@ class Board:
 
 BOARDS = {board.name: board for board in (
     Board("smollm2", "Leaderboard", "leaderboard", Path("leaderboard/results"), Path("LEADERBOARD.md")),
-    Board("qwen05", "Leaderboard: Qwen2.5-Coder-0.5B-Instruct", "leaderboard_qwen05", Path("leaderboard/results_qwen05"),
-          Path("LEADERBOARD_QWEN05.md")))}
+    Board("qwen05", "Leaderboard: Qwen2.5-Coder-0.5B-Instruct", "leaderboard_qwen05",
+          Path("leaderboard/results_qwen05"), Path("LEADERBOARD_QWEN05.md")))}
 METRIC_COLUMNS = [("em", "EM"), ("f1", "F1"), ("acc", "Acc"), ("acc_substring", "Acc (substring)"),
                   ("recall", "passage recall"), ("all_gold", "all-gold")]
 HEADER = ["#", "pipeline", "dataset", "n", *(label for _, label in METRIC_COLUMNS), "p99 s", "q/s", "config"]
@@ -75,8 +68,7 @@ def read_results(folder: Path) -> list[Row]:
 def row_names(only: list[str] | None = None, board: Board = BOARDS["smollm2"]) -> list[str]:
     rows_dir = CONF_DIR / "experiment" / board.rows
     names = sorted(p.stem for p in rows_dir.glob("*.yaml") if not p.stem.startswith("_"))
-    unknown = sorted(set(only or []) - set(names))
-    if unknown:
+    if unknown := sorted(set(only or []) - set(names)):
         raise ValueError(f"no leaderboard config for {unknown} in {rows_dir}; have {names}")
     return [n for n in names if not only or n in only]
 
@@ -113,13 +105,10 @@ def refuse_failures(path: Path, results: dict) -> None:
 def config_text(config: dict) -> str:
     """The row's settings: every pipeline setting, models, split, limit, concurrency, policy (and workers)."""
     settings = [f"{k}={v}" for k, v in config.get("pipeline", {}).items() if k != "name"]
-    data = config.get("dataset", {})
-    runtime = config.get("runtime", {})
-    parts = [" ".join(settings) or "-",
-             f"{config.get('model', {}).get('name', '?')} + {config.get('embedder', {}).get('name') or 'backbone'}",
-             f"split={data.get('split')} limit={data.get('limit')}",
-             f"concurrency={config.get('concurrency')} policy={runtime.get('policy')}" + _workers_text(config)]
-    return "; ".join(parts)
+    models = f"{config.get('model', {}).get('name', '?')} + {config.get('embedder', {}).get('name') or 'backbone'}"
+    data, policy = config.get("dataset", {}), config.get("runtime", {}).get("policy")
+    return "; ".join([" ".join(settings) or "-", models, f"split={data.get('split')} limit={data.get('limit')}",
+                      f"concurrency={config.get('concurrency')} policy={policy}" + _workers_text(config)])
 
 
 def _workers_text(config: dict, form: str = " workers={}") -> str:
@@ -200,10 +189,6 @@ def commit_fact(r: dict) -> str:
     return f"`{commit[:10]}`" + (" with uncommitted changes" if _get(r, "run", "git_dirty") else "")
 
 
-def date_fact(r: dict) -> str:
-    return (_get(r, "run", "date") or NOT_RECORDED)[:10]
-
-
 def index_fact(r: dict) -> str:
     """The dense index and how the row retrieved (`index.retrieval`; results from before it existed: dense)."""
     index = _get(r, "config", "index") or {}
@@ -214,7 +199,7 @@ def index_fact(r: dict) -> str:
 
 FACTS = [("Models", models_fact), ("Runtime", runtime_fact), ("Index", index_fact), ("Corpus", corpus_fact),
          ("Questions", questions_fact), ("Machine", machine_fact), ("Software", software_fact),
-         ("Commit", commit_fact), ("Date (UTC)", date_fact)]
+         ("Commit", commit_fact), ("Date (UTC)", lambda r: (_get(r, "run", "date") or NOT_RECORDED)[:10])]
 
 
 def fact_line(label: str, values: list[str]) -> str:
@@ -248,10 +233,6 @@ def timing_fact(rows: list[Row]) -> str:
     return f"- Timing: rows ran one at a time (no two rows' answering overlapped){load}"
 
 
-def header_facts(rows: list[Row]) -> list[str]:
-    return [fact_line(label, [fact(row.results) for row in rows]) for label, fact in FACTS] + [timing_fact(rows)]
-
-
 def type_table(rows: list[Row]) -> list[str]:
     """Acc per question type (each results.json's `by_type`), rows in the main table's order; nothing when no row
     recorded types. A column's n is its first row's (every row answers the same questions)."""
@@ -280,7 +261,7 @@ def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
              "the share of gold passages among those given to the generator; all-gold the share of questions with "
              "every gold passage. Brackets: 95% bootstrap confidence intervals over questions. p99 is question "
              "latency in seconds and q/s questions per second over the run.", "",
-             *header_facts(rows), "",
+             *(fact_line(label, [fact(row.results) for row in rows]) for label, fact in FACTS), timing_fact(rows), "",
              markdown_table(HEADER, [table_row(rank, row) for rank, row in enumerate(rows, 1)]), *type_table(rows)]
     command = "python -m eval.leaderboard" + ("" if board.name == "smollm2" else f" --board {board.name}")
     lines += ["", f"Each row's settings live in `conf/experiment/{board.rows}/` (shared ones in `_pinned.yaml`) and "

@@ -1,10 +1,6 @@
-"""Load generation: when questions arrive (eval/bench/README.md: workload=rag).
-
-Open loop: a renewal process at `rate` questions/s with gamma gaps (`arrival_gaps`); burstiness > 1 sends bursts
-separated by longer lulls (coefficient of variation sqrt(burstiness)), burstiness -> 0 approaches a constant gap.
-The first question arrives after the first gap. Offsets depend only on (n, rate, burstiness, seed), so every mode of
-a benchmark sees the same arrival times. Closed loop: each of `clients` clients sends its next question as soon as
-its previous one is answered.
+"""Load generation: when questions arrive (open loop with gamma gaps, or closed loop: eval/bench/README.md,
+workload=rag). Burstiness > 1 sends bursts separated by longer lulls (coefficient of variation sqrt(burstiness)),
+burstiness -> 0 approaches a constant gap; the first question arrives after the first gap.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -34,39 +34,12 @@ class Result:
     error: str | None = None
 
 
-@dataclass
-class Report:
-    results: list[Result] = field(default_factory=list)
-    wall_s: float = 0.0
-
-    def errors(self) -> list[Result]:
-        return [r for r in self.results if r.error]
-
-
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=500, help="requests in total, all sent at once")
-    p.add_argument("--embed-fraction", type=float, default=0.5, help="share of embedding requests (rest: chat)")
-    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each chat request")
-    p.add_argument("--model", default="smollm2-135m-instruct", help="generator: shipped name or local folder")
-    p.add_argument("--embedder", default="all-minilm-l6-v2", help="embedder: shipped name or local folder")
-    p.add_argument("--override", action="append", default=[], help="extra Hydra override for the server")
-    p.add_argument("--url", default=None, help="test this running server instead of starting one")
-    p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for the server")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds one request may take")
-    return p.parse_args()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def started_server(args: argparse.Namespace):
     """Run orthrus-rag-serve in a child process and yield its base URL; stop it (SIGINT, graceful) afterwards."""
-    port = free_port()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
     command = [sys.executable, "-m", "orthrus_rag.serving.cli", f"model.name={args.model}",
                f"embedder.name={args.embedder}", "server.host=127.0.0.1", f"server.port={port}",
                "server.rag.enabled=false", "server.log_level=warning", *args.override]
@@ -115,7 +88,8 @@ async def one(client: httpx.AsyncClient, endpoint: str, body: dict) -> Result:
     return Result(endpoint, time.perf_counter() - start, error)
 
 
-async def run_load(url: str, args: argparse.Namespace) -> Report:
+async def run_load(url: str, args: argparse.Namespace) -> tuple[list[Result], float]:
+    """Every request sent at once; their results, and the wall time until the last answer."""
     async with httpx.AsyncClient(base_url=url, timeout=args.timeout, limits=httpx.Limits(max_connections=None)) \
             as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
@@ -124,30 +98,35 @@ async def run_load(url: str, args: argparse.Namespace) -> Report:
         bodies = [request_body(i, bool(k), model, args.max_tokens) for i, k in enumerate(kinds)]
         start = time.perf_counter()
         results = await asyncio.gather(*(one(client, endpoint, body) for endpoint, body in bodies))
-        return Report(list(results), time.perf_counter() - start)
-
-
-def print_report(report: Report) -> None:
-    total = len(report.results)
-    print(f"\n{total} requests in {report.wall_s:.1f} s: {total / report.wall_s:.1f} requests/s, "
-          f"{len(report.errors())} errors")
-    print(f"{'endpoint':<22}{'n':>6}{'errors':>8}{'req/s':>9}{'p50 s':>9}{'p99 s':>9}")
-    for endpoint in sorted({r.endpoint for r in report.results}):
-        rows = [r for r in report.results if r.endpoint == endpoint]
-        latency = np.array([r.seconds for r in rows])
-        errors = sum(1 for r in rows if r.error)
-        print(f"{endpoint:<22}{len(rows):>6}{errors:>8}{len(rows) / report.wall_s:>9.1f}"
-              f"{np.percentile(latency, 50):>9.2f}{np.percentile(latency, 99):>9.2f}")
-    for r in report.errors()[:5]:
-        print("error:", r.endpoint, r.error)
+        return list(results), time.perf_counter() - start
 
 
 def main() -> int:
-    args = parse_args()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=500, help="requests in total, all sent at once")
+    p.add_argument("--embed-fraction", type=float, default=0.5, help="share of embedding requests (rest: chat)")
+    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each chat request")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="generator: shipped name or local folder")
+    p.add_argument("--embedder", default="all-minilm-l6-v2", help="embedder: shipped name or local folder")
+    p.add_argument("--override", action="append", default=[], help="extra Hydra override for the server")
+    p.add_argument("--url", default=None, help="test this running server instead of starting one")
+    p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for the server")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds one request may take")
+    args = p.parse_args()
     with (contextlib.nullcontext(args.url) if args.url else started_server(args)) as url:
-        report = asyncio.run(run_load(url, args))
-    print_report(report)
-    return 1 if report.errors() else 0
+        results, wall_s = asyncio.run(run_load(url, args))
+    failed = [r for r in results if r.error]
+    print(f"\n{len(results)} requests in {wall_s:.1f} s: {len(results) / wall_s:.1f} requests/s, {len(failed)} errors")
+    print(f"{'endpoint':<22}{'n':>6}{'errors':>8}{'req/s':>9}{'p50 s':>9}{'p99 s':>9}")
+    for endpoint in sorted({r.endpoint for r in results}):
+        rows = [r for r in results if r.endpoint == endpoint]
+        latency = np.array([r.seconds for r in rows])
+        errors = sum(1 for r in rows if r.error)
+        print(f"{endpoint:<22}{len(rows):>6}{errors:>8}{len(rows) / wall_s:>9.1f}"
+              f"{np.percentile(latency, 50):>9.2f}{np.percentile(latency, 99):>9.2f}")
+    for r in failed[:5]:
+        print("error:", r.endpoint, r.error)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

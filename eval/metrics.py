@@ -42,12 +42,15 @@ def _yes_no_clash(prediction: str, gold: str) -> bool:
     return (gold in YES_NO or prediction in YES_NO) and prediction != gold
 
 
-def _exact(prediction: str, gold: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(gold))
+def _best(metric, prediction: str, golds: Sequence[str]) -> float:
+    """The best `metric(prediction, gold)` over the golds, both normalised."""
+    if not golds:
+        raise ValueError("no gold answers given: a question needs an answer to be scored")
+    pred = normalize_answer(prediction)
+    return max(metric(pred, normalize_answer(gold)) for gold in golds)
 
 
-def _f1(prediction: str, gold: str) -> float:
-    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+def _f1(pred: str, ref: str) -> float:
     if _yes_no_clash(pred, ref):
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
@@ -58,27 +61,15 @@ def _f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _acc(prediction: str, gold: str) -> float:
-    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+def _acc(pred: str, ref: str) -> float:
     if _yes_no_clash(pred, ref):
         return 0.0
     return float(bool(ref) and re.search(rf"(?:^| ){re.escape(ref)}(?: |$)", pred) is not None)
 
 
-def _acc_substring(prediction: str, gold: str) -> float:
-    ref = normalize_answer(gold)
-    return float(bool(ref) and ref in normalize_answer(prediction))
-
-
-def _best(metric, prediction: str, golds: Sequence[str]) -> float:
-    if not golds:
-        raise ValueError("no gold answers given: a question needs an answer to be scored")
-    return max(metric(prediction, gold) for gold in golds)
-
-
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
     """1.0 when the normalised prediction equals a normalised gold answer."""
-    return _best(_exact, prediction, golds)
+    return _best(lambda pred, ref: float(pred == ref), prediction, golds)
 
 
 def f1(prediction: str, golds: Sequence[str]) -> float:
@@ -94,7 +85,7 @@ def acc(prediction: str, golds: Sequence[str]) -> float:
 def acc_substring(prediction: str, golds: Sequence[str]) -> float:
     """1.0 when a normalised gold answer is a substring of the normalised prediction (FlashRAG's `acc`):
     "no" counts inside "not known" and "1832" inside "18321"; an empty normalised gold never counts."""
-    return _best(_acc_substring, prediction, golds)
+    return _best(lambda pred, ref: float(bool(ref) and ref in pred), prediction, golds)
 
 
 def passage_recall(gold_titles: Sequence[str], passages: Iterable[Titled]) -> float | None:
@@ -191,10 +182,9 @@ class MetricSettings:
     bootstrap_seed: int = BOOTSTRAP_SEED
 
     def __post_init__(self) -> None:
-        if self.bootstrap_resamples < 1:
-            raise UserError(f"metrics.bootstrap_resamples must be >= 1, got {self.bootstrap_resamples}")
-        if self.bootstrap_seed < 0:
-            raise UserError(f"metrics.bootstrap_seed must be >= 0, got {self.bootstrap_seed}")
+        for key, least in (("bootstrap_resamples", 1), ("bootstrap_seed", 0)):
+            if getattr(self, key) < least:
+                raise UserError(f"metrics.{key} must be >= {least}, got {getattr(self, key)}")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> MetricSettings:

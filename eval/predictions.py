@@ -3,6 +3,7 @@ rewritten atomically in question order (docs/experiments.md: Interrupted runs lo
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,15 +23,11 @@ class PredictionLog:
         """Rows already in the log by question id, those that failed left out (they are asked again); a line cut
         short by a kill is skipped."""
         rows = {}
-        if not self.path.exists():
-            return rows
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
+        for line in self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []:
+            with contextlib.suppress(json.JSONDecodeError):
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and "id" in row and row.get("error") is None:
-                rows[row["id"]] = row
+                if isinstance(row, dict) and "id" in row and row.get("error") is None:
+                    rows[row["id"]] = row
         return rows
 
     def start(self, keep: list[dict[str, Any]]) -> None:

@@ -64,9 +64,8 @@ def format_rag_table(bench: dict) -> str:
         modes = [entry["modes"][m] for m in _ordered(entry["modes"])]
         parts.append(f"## {entry['load']}\n\n" + markdown_table(HEADER, [mode_row(r) for r in modes]))
         parts.append(_ratios_text(entry["ratios"]))
-    head = bench["ratios"]
     parts.append(f"## headline (p99 at {bench['headline']['p99']}, q/s at {bench['headline']['qps']})\n\n"
-                 + _ratios_text(head))
+                 + _ratios_text(bench["ratios"]))
     return "\n\n".join(parts) + "\n"
 
 
@@ -160,8 +159,7 @@ def write_rag_reports(bench: dict, out_dir: Path) -> dict[str, Path]:
     paths["latency_cdf"] = plot_latency_cdf(head, out_dir / "latency_cdf.png")
     if sum(e["rate"] is not None for e in bench["sweep"]) >= 2:
         paths["p99_vs_rate"] = plot_p99_vs_rate(bench["sweep"], out_dir / "p99_vs_rate.png")
-    composition = plot_step_composition(head, out_dir / "step_composition.png")
-    if composition is not None:
+    if composition := plot_step_composition(head, out_dir / "step_composition.png"):
         paths["step_composition"] = composition
     return paths
 
@@ -191,8 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("benches", nargs="+", type=Path, help="bench.json files of workload rag")
     parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, bench.md and the plots")
     args = parser.parse_args(argv)
-    missing = [str(p) for p in args.benches if not p.is_file()]
-    if missing:
+    if missing := [str(p) for p in args.benches if not p.is_file()]:
         parser.error(f"no such file: {', '.join(missing)}")
     bench = merge_benches([json.loads(p.read_text()) for p in args.benches])
     for name, path in write_rag_reports(bench, args.out).items():

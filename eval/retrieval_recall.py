@@ -29,7 +29,7 @@ from eval.run_info import environment
 from orthrus_rag.launch import launch
 from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
 from orthrus_rag.settings import UserError
-from orthrus_rag.stack import IndexSource, StackPlan
+from orthrus_rag.stack import StackPlan
 
 APP = "retrieval_recall"
 
@@ -47,14 +47,6 @@ class Row:
     seconds: float
 
 
-def row_label(mode: str, embedder: str, index: IndexSource) -> str:
-    if mode == "dense":
-        return f"dense ({embedder})"
-    if mode == "bm25":
-        return "bm25"
-    return f"bm25 + {embedder} (rrf_k={index.retrieval.rrf_k:g}, candidates={index.retrieval.candidates})"
-
-
 async def score_mode(retriever, questions: list, ks: list[int]) -> tuple[dict, float]:
     """Recall at each k and all-gold at the largest, retrieving max(ks) passages once per question."""
     found = await asyncio.gather(*(retriever.retrieve(q.question, max(ks)) for q in questions))
@@ -65,15 +57,17 @@ async def score_mode(retriever, questions: list, ks: list[int]) -> tuple[dict, f
 async def score_all(cfg: DictConfig, plan: StackPlan, engine, questions: list) -> list[Row]:
     cut = plan.embedding.passage_max_tokens
     name = plan.index.embedder_name + (f", passages cut at {cut} tokens" if cut else "")
-    loaded = (await plan.build(engine)).indexes
+    loaded, fusion = (await plan.build(engine)).indexes, plan.index.retrieval
+    labels = {"dense": f"dense ({name})", "bm25": "bm25",
+              "hybrid": f"bm25 + {name} (rrf_k={fusion.rrf_k:g}, candidates={fusion.candidates})"}
     rows = []
     for mode in cfg.modes:
         start = time.perf_counter()
-        settings = RetrievalSettings(mode, plan.index.retrieval.rrf_k, plan.index.retrieval.candidates)
+        settings = RetrievalSettings(mode, fusion.rrf_k, fusion.candidates)
         retriever = make_retriever(engine, SearchIndexes(loaded.dense, loaded.bm25, settings), plan.embedding)
         recall, gold = await score_mode(retriever, questions, list(cfg.ks))
-        rows.append(Row(row_label(mode, name, plan.index), mode, None if mode == "bm25" else name, recall, gold,
-                        len(questions), round(time.perf_counter() - start, 2)))
+        rows.append(Row(labels[mode], mode, None if mode == "bm25" else name, recall, gold, len(questions),
+                        round(time.perf_counter() - start, 2)))
     return rows
 
 

@@ -5,6 +5,7 @@ Imports neither torch nor transformers: versions come from the installed package
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -48,17 +49,15 @@ def cpu_model() -> str:
 def gpu_name() -> str | None:
     """The CUDA device name when torch is already imported and sees a GPU; never imports torch itself."""
     torch = sys.modules.get("torch")
-    try:
+    with contextlib.suppress(Exception):  # a broken CUDA setup must not fail the results file
         return torch.cuda.get_device_name(0) if torch is not None and torch.cuda.is_available() else None
-    except Exception:  # a broken CUDA setup must not fail the results file
-        return None
+    return None
 
 
 def package_version(name: str) -> str | None:
-    try:
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
@@ -90,24 +89,21 @@ def question_counts(path: str | Path, split: str | None) -> dict[str, int | None
     """`split_size` (questions in the split) and `total` (questions in the file); None for Hugging Face ids."""
     from eval.datasets import HF_PREFIX, read_rows, select_split
 
-    if str(path).startswith(HF_PREFIX):
-        return {"split_size": None, "total": None}
-    try:
-        rows = read_rows(Path(path))
-        return {"split_size": len(select_split(rows, split or "all", None)), "total": len(rows)}
-    except Exception:  # facts for the report only: an unreadable source leaves them unknown
-        return {"split_size": None, "total": None}
+    if not str(path).startswith(HF_PREFIX):
+        with contextlib.suppress(Exception):  # facts for the report only: an unreadable source leaves them unknown
+            rows = read_rows(Path(path))
+            return {"split_size": len(select_split(rows, split or "all", None)), "total": len(rows)}
+    return {"split_size": None, "total": None}
 
 
 def corpus_facts(path: str | Path | None) -> dict[str, Any]:
     """`passages` and `fingerprint` (a digest of ids, titles and texts: equal for equal corpora in equal order)."""
-    try:
+    with contextlib.suppress(Exception):  # facts for the report only: an unreadable corpus leaves them unknown
         from indexes import corpus_fingerprint, load_corpus
 
         passages = load_corpus(path)
         return {"passages": len(passages), "fingerprint": corpus_fingerprint(passages)}
-    except Exception:  # facts for the report only: an unreadable corpus leaves them unknown
-        return {"passages": None, "fingerprint": None}
+    return {"passages": None, "fingerprint": None}
 
 
 def _name(path: str | Path) -> str:

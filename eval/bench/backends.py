@@ -6,19 +6,14 @@ it can stand in for an `AsyncEngine` under `DenseRetriever` and `EngineReasoner`
 `await settled_stats()` (counters once idle) and `close()`. Without params, the backend's own (the benchmark's)
 sampling and pooling settings apply.
 
-Modes, cores and why `isolated` runs the engine in both processes: eval/bench/README.md.
-- `EngineBackend` (modes `hetero` and `alternating`): one `AsyncEngine`.
-- `IsolatedBackend` (mode `isolated`): an embed-only and a generate-only `LLMEngine` in two processes. The embed
-  process runs the co-located embedder or, with `embedder=backbone`, the generator's own layers; it also loads the
-  generator, which it never runs for co-located embeddings.
-- `HFBackend` (mode `hf`): what one would write without this project, transformers `generate` and
-  sentence-transformers `encode` in one loop (with `embedder=backbone`: a mean over a copy of the generator carrying
-  the embedding adapter, through PEFT). A batch runs to completion before anything that arrived during it starts.
+Modes, cores and why `isolated` runs the engine in both processes: eval/bench/README.md. `EngineBackend` serves modes
+`hetero` and `alternating`, `IsolatedBackend` mode `isolated`, `HFBackend` mode `hf`.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import itertools
 import multiprocessing as mp
 import queue
@@ -99,6 +94,10 @@ def _serve_one_kind(config: EngineConfig, default_params, inbox, outbox) -> None
 
 
 class IsolatedBackend:
+    """An embed-only and a generate-only `LLMEngine` in two processes. The embed process runs the co-located embedder
+    or, with `embedder=backbone`, the generator's own layers; it also loads the generator, which it never runs for
+    co-located embeddings."""
+
     def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams, threads: int):
         ctx = mp.get_context("spawn")
         self.outbox = ctx.Queue()
@@ -115,7 +114,6 @@ class IsolatedBackend:
         self.futures: dict[str, concurrent.futures.Future] = {}
         self.ids = itertools.count()
         self.generator = config.generator
-        self._tokenizer = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -133,14 +131,12 @@ class IsolatedBackend:
                     raise RuntimeError(f"isolated mode: the {' and '.join(dead) or 'engine'} process "
                                        f"{'exited while loading (its error is above)' if dead else 'did not load'}")
 
-    @property
+    @functools.cached_property
     def tokenizer(self):
         """The generator's tokenizer, loaded in this process on first use (for chat templates)."""
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
+        from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(self.generator))
-        return self._tokenizer
+        return AutoTokenizer.from_pretrained(resolve_model_path(self.generator))
 
     async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
         return await self._send("embed", text, params)
@@ -169,10 +165,7 @@ class IsolatedBackend:
         return future
 
     def _read(self) -> None:
-        while True:
-            rid, reply = self.outbox.get()
-            if rid is None:
-                return
+        for rid, reply in iter(self.outbox.get, (None, None)):  # until close() posts (None, None)
             self.futures.pop(rid).set_result(reply)
 
     def close(self) -> None:
@@ -202,8 +195,7 @@ class _Call:
 class _FirstToken(BaseStreamer):
     """Notes when `generate` hands out its first new tokens (its first `put` is the prompt)."""
 
-    def __init__(self):
-        self.puts, self.at = 0, None
+    puts, at = 0, None  # put calls so far; perf_counter at the second
 
     def put(self, value) -> None:
         self.puts += 1
@@ -215,9 +207,10 @@ class _FirstToken(BaseStreamer):
 
 
 class HFBackend:
-    """Generate requests waiting together run as one `generate` call per distinct (max_tokens, stop, ignore_eos);
-    greedy whatever the temperature. Stop strings end a row's text as in the engine; the batch runs until its
-    last row stops. Every row of a batch shares its time to first token."""
+    """A batch runs to completion before anything that arrived during it starts. Generate requests waiting together
+    run as one `generate` call per distinct (max_tokens, stop, ignore_eos); greedy whatever the temperature. Stop
+    strings end a row's text as in the engine; the batch runs until its last row stops. Every row of a batch shares
+    its time to first token."""
 
     def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
         set_threads(config.num_threads)
@@ -262,8 +255,7 @@ class HFBackend:
     def _loop(self) -> None:
         while True:
             with self.wake:
-                while not self.stopping and not any(self.waiting.values()):
-                    self.wake.wait()
+                self.wake.wait_for(lambda: self.stopping or any(self.waiting.values()))
                 if self.stopping:
                     return
             for kind in ("generate", "embed"):
@@ -308,8 +300,7 @@ class HFBackend:
                     return self._decode(ids[:i]), ids[:i + 1], "stop"
         for j in range(1, len(ids) + 1) if params.stop else ():
             text = self._decode(ids[:j])
-            hits = [i for s in params.stop if (i := text.find(s)) >= 0]
-            if hits:
+            if hits := [i for s in params.stop if (i := text.find(s)) >= 0]:
                 return text[:min(hits)], ids[:j], "stop"
         return self._decode(ids), ids, "length"
 

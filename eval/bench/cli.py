@@ -1,19 +1,12 @@
 """`orthrus-rag-bench`: serving modes side by side on the same requests, bench.json in the run dir.
 
-    orthrus-rag-bench                                     # workload=mixed: 1:1 closed loop, MiniLM embedder
-    orthrus-rag-bench workload=phases embedder=backbone   # 9:1, 1:1, 1:9 with backbone embeddings
-    orthrus-rag-bench modes=[hetero,alternating] workload.requests=32 runtime.step_time_target_s=0.1
-    orthrus-rag-bench workload=rag pipeline=ircot dataset=2wiki dataset.split=test dataset.limit=30 rate=0.2
-    orthrus-rag-bench workload=rag rates=[null,0.1,0.2]       # closed loop, then two open-loop rates
-    orthrus-rag-bench workload=indexing embedder=backbone     # corpus embedding vs prefill tokens/s
-
-Modes (hetero, isolated, alternating, hf), how each is run and how bench.json is laid out: eval/bench/README.md.
-The rag workload also writes bench.md and PNG plots (eval/report.py).
+Workloads (mixed, phases, steps, rag, indexing) with example commands, the modes (hetero, isolated, alternating, hf),
+how each is run and how bench.json is laid out: eval/bench/README.md. The rag workload also writes bench.md and PNG
+plots (eval/report.py).
 """
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,38 +14,32 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from orthrus_rag.launch import UserError, launch
-from orthrus_rag.settings import check_settings, plain, typed
+from orthrus_rag.settings import check_settings, plain, typed, user_errors
 from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag-bench"
 
 
 def check_modes(cfg: DictConfig) -> None:
-    from eval.bench import MODES
+    from eval.bench.runner import MODES
 
-    unknown = [m for m in cfg.modes if m not in MODES]
-    if unknown:
+    if unknown := [m for m in cfg.modes if m not in MODES]:
         raise UserError(f"unknown modes {unknown}; choose from {list(MODES)}")
-
-
-def workload_from_config(cfg: DictConfig):
-    from eval.bench import Phase, Workload
-
-    check_modes(cfg)
-    spec = plain(cfg.workload)
-    check_settings(Workload, spec, "workload")
-    spec["phases"] = [typed(Phase, p, f"workload.phases[{i}]") for i, p in enumerate(spec["phases"])]
-    workload = Workload(**spec)
-    check_workload(workload)
-    return workload
 
 
 WORKLOAD_MINIMUMS = {"clients": 1, "requests": 1, "gen_prompt_tokens": 1, "embed_tokens": 1, "max_tokens": 1,
                      "warmup_requests": 0}
 
 
-def check_workload(workload) -> None:
-    """The closed-loop workload's counts and shares are in range, else a UserError naming the key."""
+def workload_from_config(cfg: DictConfig):
+    """The closed-loop workload; its counts and shares are in range, else a UserError naming the key."""
+    from eval.bench.runner import Phase, Workload
+
+    check_modes(cfg)
+    spec = plain(cfg.workload)
+    check_settings(Workload, spec, "workload")
+    spec["phases"] = [typed(Phase, p, f"workload.phases[{i}]") for i, p in enumerate(spec["phases"])]
+    workload = Workload(**spec)
     for key, least in WORKLOAD_MINIMUMS.items():
         if getattr(workload, key) < least:
             raise UserError(f"workload.{key}: must be >= {least}, got {getattr(workload, key)!r}")
@@ -62,12 +49,12 @@ def check_workload(workload) -> None:
     for i, phase in enumerate(workload.phases):
         if not 0 <= phase.embed_share <= 1:
             raise UserError(f"workload.phases[{i}].embed_share: must be in [0, 1], got {phase.embed_share!r}")
+    return workload
 
 
 def rag_rates(cfg: DictConfig) -> list:
     rates = list(cfg.rates) if cfg.get("rates") is not None else [cfg.get("rate")]
-    bad = [r for r in rates if r is not None and not (isinstance(r, (int, float)) and r > 0)]
-    if bad:
+    if bad := [r for r in rates if r is not None and not (isinstance(r, (int, float)) and r > 0)]:
         raise UserError(f"rates must be > 0 questions/s, or null for a closed loop; got {bad}")
     return [float(r) if r is not None else None for r in rates]
 
@@ -82,20 +69,17 @@ def run_rag(cfg: DictConfig) -> dict:
     questions = read_questions(spec)
     setup = RagSetup(StackPlan.from_config(cfg, spec.corpus), questions, typed(RagWorkload, cfg.workload, "workload"))
     rates = rag_rates(cfg)
-    try:
+    with user_errors(ValueError, prefix="workload: "):
         setup.workload.loads(rates)
-    except ValueError as error:
-        raise UserError(f"workload: {error}") from error
     bench = run_rag_bench(setup, rates, list(cfg.modes))
     paths = write_rag_reports(bench, Path(HydraConfig.get().runtime.output_dir))
     print(format_rag_table(bench))
-    print("\n".join(f"{name}: {path}" for name, path in paths.items()))
-    sys.stdout.flush()
+    print("\n".join(f"{name}: {path}" for name, path in paths.items()), flush=True)
     return bench
 
 
 def run(cfg: DictConfig) -> dict:
-    from eval.bench import format_table, run_bench
+    from eval.bench.runner import format_table, run_bench
 
     if cfg.workload.name == "rag":
         return run_rag(cfg)

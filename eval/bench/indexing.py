@@ -23,17 +23,6 @@ class IndexingWorkload:
     rounds: int = 3  # index and prefill runs each; the median is reported
 
 
-async def _timed(engine: AsyncEngine, work, kind: str) -> dict:
-    before = engine.stats()
-    start = time.perf_counter()
-    await work
-    wall = time.perf_counter() - start
-    after = engine.stats()
-    tokens = after["tokens"][kind] - before["tokens"][kind]
-    return {"tokens": tokens, "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 1),
-            "steps": after["steps"] - before["steps"]}
-
-
 async def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int) -> None:
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
     for start in range(0, len(texts), in_flight):
@@ -55,7 +44,12 @@ async def measure(config: EngineConfig, embedding: EmbeddingRecipe, passages: li
                     work, kind = embed_passages(passages, engine_embedder(engine, embedding), batch_size), "embed"
                 else:
                     work, kind = _prefill_all(engine, _prompts(engine, passages, embedding), batch_size), "prefill"
-                result[name] = await _timed(engine, work, kind)
+                before, start = engine.stats(), time.perf_counter()
+                await work
+                wall, after = time.perf_counter() - start, engine.stats()
+                tokens = after["tokens"][kind] - before["tokens"][kind]
+                result[name] = {"tokens": tokens, "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 1),
+                                "steps": after["steps"] - before["steps"]}
         results.append(result)
     return results
 

@@ -16,10 +16,6 @@ class Record:
     sent: float
     done: float
 
-    @property
-    def latency_s(self) -> float:
-        return self.done - self.sent
-
 
 @dataclass
 class ModeResult:
@@ -51,7 +47,7 @@ def latency_stats(values: list[float]) -> dict[str, float | None]:
 
 
 def summarize(mode: str, records: list[Record], wall_s: float, engine: dict | None = None) -> ModeResult:
-    by_kind = {k: [r.latency_s for r in records if r.kind == k] for k in KINDS}
+    by_kind = {k: [r.done - r.sent for r in records if r.kind == k] for k in KINDS}
     return ModeResult(
         mode=mode, requests=len(records), wall_s=wall_s,
         rps=len(records) / wall_s, embed_rps=len(by_kind["embed"]) / wall_s,
@@ -67,17 +63,14 @@ def ratios(modes: dict[str, ModeResult]) -> dict[str, float | None]:
             for b in BASELINES}
 
 
-COUNTERS = ("steps", "mixed_steps", "tokens", "generator_s", "embedder_s", "preemptions",
-            "prefix_cache_hit_tokens",
-            "generate_batches", "embed_batches", "generate_s", "embed_s")  # the hf backend's counters
+COUNTERS = ("steps", "mixed_steps", "tokens", "generator_s", "embedder_s", "preemptions", "prefix_cache_hit_tokens",
+            "generate_batches", "embed_batches", "generate_s", "embed_s")  # the last four: the hf backend's
 
 
 def counter_delta(after: dict, before: dict) -> dict:
     """Engine counters accumulated between two `stats()` snapshots; gauges (queue, cache use) kept as after."""
     out = dict(after)
-    for key in COUNTERS:
-        if key not in after or key not in before:
-            continue
+    for key in after.keys() & before.keys() & set(COUNTERS):
         if isinstance(after[key], dict):
             out[key] = {k: v - before[key].get(k, 0) for k, v in after[key].items()}
         else:

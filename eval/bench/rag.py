@@ -77,8 +77,11 @@ class LoggedBackend:
     async def generate(self, prompt: str, params=None):
         sent = time.perf_counter()
         out = await self.backend.generate(prompt, params)
-        done = time.perf_counter()
-        self.calls.append(Call("generate", sent, done, *token_times(out, sent, done)))
+        done, first = time.perf_counter(), getattr(out.timings, "first_token", None)
+        n = out.usage.completion_tokens
+        # time to first token (from the call) and time per output token after the first, where measured
+        self.calls.append(Call("generate", sent, done, first - sent if first is not None else None,
+                               (done - first) / (n - 1) if first is not None and n > 1 else None, n))
         return out
 
     def stats(self) -> dict:
@@ -87,15 +90,6 @@ class LoggedBackend:
     def take(self) -> list[Call]:
         calls, self.calls = self.calls, []
         return calls
-
-
-def token_times(out: Any, sent: float, done: float) -> tuple[float | None, float | None, int]:
-    """Time to first token (from the call) and time per output token after the first, where measured."""
-    first = getattr(out.timings, "first_token", None)
-    n = out.usage.completion_tokens
-    ttft = first - sent if first is not None else None
-    tpot = (done - first) / (n - 1) if first is not None and n > 1 else None
-    return ttft, tpot, n
 
 
 @contextlib.asynccontextmanager
@@ -190,10 +184,9 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
     plan = setup.plan
     return {"workload": "rag", **headline(sweep), "sweep": sweep,
             "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())),
-                       "questions": len(setup.questions),
-                       "workload": asdict(setup.workload), "loads": [asdict(load) for load in loads],
-                       "engine": asdict(plan.engine), "dtype": ran_dtype(plan.engine),
-                       "embedding": asdict(plan.embedding),
+                       "questions": len(setup.questions), "workload": asdict(setup.workload),
+                       "loads": [asdict(load) for load in loads], "engine": asdict(plan.engine),
+                       "dtype": ran_dtype(plan.engine), "embedding": asdict(plan.embedding),
                        "index": ({"folder": str(plan.index.folder), "factory": plan.index.factory}
                                  if plan.index else None),
                        "threads": {m: mode_threads(plan.engine, m) for m in modes}},

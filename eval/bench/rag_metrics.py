@@ -35,18 +35,13 @@ def goodput(latencies: list[float], wall_s: float, slo_s: float) -> dict[str, fl
 
 def call_stats(calls: list) -> dict[str, dict]:
     """Per-call latency by kind; for generation also time to first token and time per output token."""
-    out = {}
-    for kind in ("embed", "generate"):
-        mine = [c for c in calls if c.kind == kind]
-        lat = [c.done - c.sent for c in mine]
-        stats = {"n": len(mine), **latency_stats(lat)}
-        if kind == "generate":
-            ttft = [c.ttft_s for c in mine if c.ttft_s is not None]
-            tpot = [c.tpot_s for c in mine if c.tpot_s is not None]
-            stats.update(ttft_p50_s=percentile(ttft, 50), ttft_p99_s=percentile(ttft, 99),
-                         tpot_p50_s=percentile(tpot, 50), tpot_mean_s=sum(tpot) / len(tpot) if tpot else None,
-                         completion_tokens=sum(c.completion_tokens for c in mine))
-        out[kind] = stats
+    by_kind = {kind: [c for c in calls if c.kind == kind] for kind in ("embed", "generate")}
+    out = {kind: {"n": len(mine), **latency_stats([c.done - c.sent for c in mine])} for kind, mine in by_kind.items()}
+    ttft = [c.ttft_s for c in by_kind["generate"] if c.ttft_s is not None]
+    tpot = [c.tpot_s for c in by_kind["generate"] if c.tpot_s is not None]
+    out["generate"].update(ttft_p50_s=percentile(ttft, 50), ttft_p99_s=percentile(ttft, 99),
+                           tpot_p50_s=percentile(tpot, 50), tpot_mean_s=sum(tpot) / len(tpot) if tpot else None,
+                           completion_tokens=sum(c.completion_tokens for c in by_kind["generate"]))
     return out
 
 
@@ -79,14 +74,11 @@ def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
     Empty unless the counters are a single engine's (hetero, alternating)."""
     if len(samples) < 2 or "tokens" not in samples[0][1]:
         return []
-    rows = []
-    for (t0, a), (t1, b) in zip(samples, samples[1:]):
-        row = {"t": round(t1, 3), "dt": round(t1 - t0, 4), "steps": b["steps"] - a["steps"],
-               "busy_s": round(b["generator_s"] + b["embedder_s"] - a["generator_s"] - a["embedder_s"], 4)}
-        row.update({k: b["tokens"].get(k, 0) - a["tokens"].get(k, 0) for k in TOKEN_KINDS})
-        row["in_flight"] = b.get("running", 0) + sum(b.get("waiting", {}).values())
-        rows.append(row)
-    return rows
+    return [{"t": round(t1, 3), "dt": round(t1 - t0, 4), "steps": b["steps"] - a["steps"],
+             "busy_s": round(b["generator_s"] + b["embedder_s"] - a["generator_s"] - a["embedder_s"], 4),
+             **{k: b["tokens"].get(k, 0) - a["tokens"].get(k, 0) for k in TOKEN_KINDS},
+             "in_flight": b.get("running", 0) + sum(b.get("waiting", {}).values())}
+            for (t0, a), (t1, b) in zip(samples, samples[1:])]
 
 
 def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]:

@@ -53,16 +53,13 @@ def mode_threads(config: EngineConfig, mode: str) -> int:
 def on_fresh_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams,
                      work: Callable[[Any], Awaitable]) -> Any:
     """`asyncio.run(work(backend))` on a new backend of `mode`, closed and its models freed before returning."""
-    if mode == "hetero":
-        backend = EngineBackend(config, sampling, pooling)
-    elif mode == "alternating":
-        backend = EngineBackend(replace(config, policy="alternating"), sampling, pooling)
-    elif mode == "isolated":
-        backend = IsolatedBackend(config, sampling, pooling, threads=mode_threads(config, mode))
-    elif mode == "hf":
-        backend = HFBackend(config, sampling, pooling)
-    else:
+    backends = {"hetero": lambda: EngineBackend(config, sampling, pooling),
+                "alternating": lambda: EngineBackend(replace(config, policy="alternating"), sampling, pooling),
+                "isolated": lambda: IsolatedBackend(config, sampling, pooling, threads=mode_threads(config, mode)),
+                "hf": lambda: HFBackend(config, sampling, pooling)}
+    if mode not in backends:
         raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+    backend = backends[mode]()
     try:
         return asyncio.run(work(backend))
     finally:
@@ -124,10 +121,9 @@ def run_bench(config: EngineConfig, pooling: PoolingParams, workload: Workload,
               for i, phase in enumerate(workload.phases)}
     warmup = make_requests(workload.warmup_requests, 0.5, workload.seed + 1000, workload.gen_prompt_tokens,
                            workload.embed_tokens)
-    per_mode: dict[str, dict[str, PhaseRun]] = {}
-    for mode in modes:
-        per_mode[mode] = on_fresh_backend(mode, config, sampling, pooling,
-                                          lambda backend: run_mode(mode, backend, phases, warmup, workload.clients))
+    per_mode = {mode: on_fresh_backend(mode, config, sampling, pooling,
+                                       lambda backend: run_mode(mode, backend, phases, warmup, workload.clients))
+                for mode in modes}
     return assemble(per_mode, workload, config, pooling, sampling, list(modes))
 
 
@@ -148,14 +144,11 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
             bench["phases"][phase.name] = {"embed_share": phase.embed_share,
                                            "modes": {m: asdict(r) for m, r in results.items()},
                                            "ratios": ratios(results)}
-    bench["modes"] = {mode: asdict(result) for mode, result in overall.items()}
-    bench["ratios"] = ratios(overall)
-    bench["config"] = {"modes": modes, "workload": asdict(workload), "engine": asdict(config),
-                       "dtype": ran_dtype(config),
-                       "pooling": asdict(pooling), "sampling": asdict(sampling),
-                       "threads": {m: mode_threads(config, m) for m in modes}}
-    bench["machine"] = machine_info()
-    return bench
+    config_facts = {"modes": modes, "workload": asdict(workload), "engine": asdict(config), "dtype": ran_dtype(config),
+                    "pooling": asdict(pooling), "sampling": asdict(sampling),
+                    "threads": {m: mode_threads(config, m) for m in modes}}
+    return {**bench, "modes": {mode: asdict(result) for mode, result in overall.items()}, "ratios": ratios(overall),
+            "config": config_facts, "machine": machine_info()}
 
 
 def ran_dtype(config: EngineConfig) -> str:
@@ -174,9 +167,8 @@ def format_table(bench: dict) -> str:
     sections += [(f"phase {name} (embed share {p['embed_share']})", p) for name, p in bench.get("phases", {}).items()]
     lines = []
     for title, section in sections:
-        lines.append(f"== {bench['workload']}: {title}")
-        lines.append(f"{'mode':<12}{'rps':>7}{'embed/s':>9}{'gen/s':>8}{'p50 emb':>9}{'p99 emb':>9}"
-                     f"{'p50 gen':>9}{'p99 gen':>9}{'n':>6}{'wall s':>8}")
+        lines += [f"== {bench['workload']}: {title}", f"{'mode':<12}{'rps':>7}{'embed/s':>9}{'gen/s':>8}{'p50 emb':>9}"
+                  f"{'p99 emb':>9}{'p50 gen':>9}{'p99 gen':>9}{'n':>6}{'wall s':>8}"]
         for mode, r in section["modes"].items():
             lines.append(f"{mode:<12}{r['rps']:>7.2f}{r['embed_rps']:>9.2f}{r['gen_rps']:>8.2f}"
                          f"{_s(r['p50_s']['embed'])}{_s(r['p99_s']['embed'])}"

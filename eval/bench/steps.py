@@ -27,9 +27,6 @@ from orthrus_rag.models.device import native_bf16
 from orthrus_rag.settings import UserError, check_settings, plain, typed
 
 
-PROFILE_TOP = 5
-
-
 @dataclass
 class StepShape:
     decodes: int = 0  # single-token decode rows, each with `context` tokens already cached
@@ -42,11 +39,6 @@ class StepShape:
     @property
     def num_tokens(self) -> int:
         return self.decodes + self.prefill + self.embeds * self.embed_tokens
-
-    @property
-    def num_sampled(self) -> int:
-        """Rows the step samples a token from: every decode and the prefill chunk."""
-        return self.decodes + (1 if self.prefill else 0)
 
 
 @dataclass
@@ -125,7 +117,7 @@ def engine_step(runner: ModelRunner, chunks: list[ScheduledChunk]) -> Callable[[
 
 def hf_forward(model, shape: StepShape, vocab: int, device: torch.device) -> Callable[[], object]:
     ids = torch.randint(vocab, (1, shape.num_tokens), generator=torch.Generator().manual_seed(0)).to(device)
-    logit_rows = max(1, shape.num_sampled)
+    logit_rows = max(1, shape.decodes + (1 if shape.prefill else 0))  # the rows a step samples: decodes and prefill
 
     @torch.inference_mode()
     def forward():
@@ -198,7 +190,7 @@ def attention_share(fn: Callable[[], object], repeats: int, device: torch.device
     return statistics.median(shares)
 
 
-def profile_ms(fn: Callable[[], object], repeats: int, top: int = PROFILE_TOP) -> dict[str, float]:
+def profile_ms(fn: Callable[[], object], repeats: int, top: int = 5) -> dict[str, float]:
     """The `top` operators by self CPU time over `repeats` calls of `fn` (already warm), in ms per call."""
     from torch.profiler import ProfilerActivity, profile
 

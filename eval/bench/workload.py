@@ -27,17 +27,11 @@ long short big small high low good bad first last young great little own other e
 
 @dataclass(frozen=True)
 class Request:
-    index: int
     kind: Kind
     text: str
 
 
-def make_text(rng: random.Random, num_words: int) -> str:
-    return " ".join(rng.choice(VOCAB) for _ in range(num_words)).capitalize() + "."
-
-
-def make_requests(n: int, embed_share: float, seed: int, gen_prompt_tokens: int, embed_tokens: int,
-                  offset: int = 0) -> list[Request]:
+def make_requests(n: int, embed_share: float, seed: int, gen_prompt_tokens: int, embed_tokens: int) -> list[Request]:
     """`n` requests, exactly round(n * embed_share) of them embeds, in a seeded order with seeded texts."""
     if not 0.0 <= embed_share <= 1.0:
         raise ValueError(f"embed_share must be in [0, 1], got {embed_share}")
@@ -46,4 +40,5 @@ def make_requests(n: int, embed_share: float, seed: int, gen_prompt_tokens: int,
     kinds: list[Kind] = ["embed"] * num_embed + ["generate"] * (n - num_embed)
     rng.shuffle(kinds)
     lengths = {"embed": embed_tokens, "generate": gen_prompt_tokens}
-    return [Request(offset + i, kind, make_text(rng, lengths[kind])) for i, kind in enumerate(kinds)]
+    return [Request(kind, " ".join(rng.choice(VOCAB) for _ in range(lengths[kind])).capitalize() + ".")
+            for kind in kinds]

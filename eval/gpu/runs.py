@@ -1,6 +1,7 @@
 """Running one part of the GPU check as a child process under a time box, its output logged to a file."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,18 +17,19 @@ class CommandResult:
     log: Path
 
     @property
-    def ok(self) -> bool:
-        return self.returncode == 0
+    def status(self) -> str:
+        if self.returncode is None:
+            return f"timed out after {self.seconds:.0f} s"
+        return "ok" if self.returncode == 0 else f"failed (exit {self.returncode})"
 
-    @property
-    def timed_out(self) -> bool:
-        return self.returncode is None
+    def section(self, **fields) -> dict:
+        """A part's gpu_check.json section: the status, `fields`, and the log's tail unless the command succeeded."""
+        return {"status": self.status, **fields, **({"tail": self.tail()} if self.returncode != 0 else {})}
 
     def tail(self, lines: int = 15) -> str:
-        try:
+        with contextlib.suppress(OSError):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return ""
 
 
 def run_command(args: list[str], timeout_s: float, log: Path, env: dict[str, str] | None = None) -> CommandResult:
