@@ -6,6 +6,7 @@ English stop words removed, no stemming (bm25s's own tokenizer); scoring is bm25
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from orthrus_rag.rag.types import Passage
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its build notes reach the console
 BM25_MANIFEST_FILE = "bm25.json"
 STOPWORDS = "en"
+new_tokenizer = functools.partial(Tokenizer, stopwords=STOPWORDS, stemmer=None)
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,6 @@ class BM25Manifest:
 def passage_text(passage: Passage) -> str:
     """What BM25 indexes for a passage: its title, then its text."""
     return f"{passage.title}\n{passage.text}" if passage.title else passage.text
-
-
-def new_tokenizer() -> Tokenizer:
-    return Tokenizer(stopwords=STOPWORDS, stemmer=None)
 
 
 class BM25Index:

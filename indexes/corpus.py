@@ -62,24 +62,13 @@ def _read_json(path: Path) -> list[Any]:
 def _to_passage(row: Any, index: int, path: Path) -> Passage:
     if not isinstance(row, dict):
         raise CorpusFormatError(f"passage {index} of {path} is a {type(row).__name__}, expected an object")
-    row_id = row.get("id", row.get("_id", index))
     if "text" in row:
-        return Passage(id=str(row_id), title=_title(row, ""), text=str(row["text"]))
-    if "contents" in row:
-        title, text = _split_contents(str(row["contents"]))
-        return Passage(id=str(row_id), title=_title(row, title), text=text)
-    raise CorpusFormatError(f"passage {index} of {path} has neither 'text' nor 'contents' "
-                            f"(keys: {sorted(row)}); give id/title/text or contents='title\\ntext'")
-
-
-def _title(row: dict[str, Any], default: str) -> str:
-    """The row's title as text; `default` where it has none (no title, or a null one)."""
-    return default if row.get("title") is None else str(row["title"])
-
-
-def _split_contents(contents: str) -> tuple[str, str]:
-    """Split `contents` of the form "title\\ntext" (the title is sometimes quoted)."""
-    title, sep, text = contents.partition("\n")
-    if not sep:
-        return "", contents
-    return title.strip().strip('"'), text.strip()
+        title, text = "", str(row["text"])
+    elif "contents" in row:  # "title\ntext" (the title is sometimes quoted)
+        title, sep, text = str(row["contents"]).partition("\n")
+        title, text = (title.strip().strip('"'), text.strip()) if sep else ("", title)
+    else:
+        raise CorpusFormatError(f"passage {index} of {path} has neither 'text' nor 'contents' "
+                                f"(keys: {sorted(row)}); give id/title/text or contents='title\\ntext'")
+    title = title if row.get("title") is None else str(row["title"])  # a null title counts as none
+    return Passage(id=str(row.get("id", row.get("_id", index))), title=title, text=text)

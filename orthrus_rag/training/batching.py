@@ -82,14 +82,10 @@ def bm25_batches(pairs: list[Pair], size: int, group_size: int, seed: int, depth
                 yield batch[:size]
                 batch = batch[size:]
         if not filled:
-            raise ValueError(_unfillable(pairs, size))
-
-
-def _unfillable(pairs: list[Pair], size: int) -> str:
-    passages = len({p.passage_id for p in pairs})
-    return (f"bm25 batching: a pass over the {len(pairs)} training pairs ({passages} distinct passages) fills no "
-            f"batch of {size} pairs whose passages are distinct and not relevant to each other's queries; lower "
-            "train.batch_size or use train.batching=random")
+            raise ValueError(f"bm25 batching: a pass over the {len(pairs)} training pairs "
+                             f"({len({p.passage_id for p in pairs})} distinct passages) fills no batch of {size} pairs "
+                             "whose passages are distinct and not relevant to each other's queries; lower "
+                             "train.batch_size or use train.batching=random")
 
 
 def _fits(pair: Pair, batch: list[Pair], relevant: dict[str, set[str]]) -> bool:

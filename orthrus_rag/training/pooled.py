@@ -35,14 +35,12 @@ def backbone(model: nn.Module) -> nn.Module:
     return base.model
 
 
-def pooled_embeddings(model: nn.Module, batch: dict[str, torch.Tensor], pooling: str,
-                      normalize: bool = True) -> torch.Tensor:
-    """Embeddings of one encoded batch (grad flows when enabled by the caller)."""
+def pooled_embeddings(model: nn.Module, batch: dict[str, torch.Tensor], pooling: str) -> torch.Tensor:
+    """Normalised embeddings of one encoded batch (grad flows when enabled by the caller)."""
     device = next(model.parameters()).device
     hidden = backbone(model)(input_ids=batch["input_ids"].to(device),
                              attention_mask=batch["attention_mask"].to(device)).last_hidden_state
-    vectors = pool(hidden, batch["attention_mask"], pooling)
-    return F.normalize(vectors, dim=-1) if normalize else vectors
+    return F.normalize(pool(hidden, batch["attention_mask"], pooling), dim=-1)
 
 
 @torch.no_grad()

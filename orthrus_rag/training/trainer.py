@@ -22,11 +22,6 @@ from orthrus_rag.training.batching import BATCHINGS, bm25_batches, random_batche
 from orthrus_rag.training.pairs import Pair, PairSource, load_pairs, split_pairs
 from orthrus_rag.training.pooled import POOLINGS, embed_texts, encode_batch, pooled_embeddings
 
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-METADATA_FILE = "training.json"
-LOSS_PLOT = "loss.png"
-
-
 @dataclass
 class TrainSettings:
     """One training run; the Hydra config `conf/train_adapter.yaml` documents each key."""
@@ -191,13 +186,6 @@ def held_out_recall(model, tokenizer, pairs: list[Pair], settings: TrainSettings
 
 
 # ---- loop -----------------------------------------------------------------------------------------------------
-def batches(pairs: list[Pair], settings: TrainSettings):
-    """Endless seeded batches as `settings.batching` builds them."""
-    if settings.batching == "bm25":
-        return bm25_batches(pairs, settings.batch_size, settings.group_size, settings.seed)
-    return random_batches(pairs, settings.batch_size, settings.seed)
-
-
 def lr_at(step: int, settings: TrainSettings) -> float:
     """Linear warm-up, then cosine decay to zero at max_steps."""
     if step < settings.warmup_steps:
@@ -227,7 +215,7 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     result = TrainResult(output, len(losses), time.perf_counter() - start, losses, before, after, len(train_pairs))
     save_adapter(model, output, settings.save_dtype, settings.model)
     write_metadata(output, settings, source, pairs, result)
-    plot_losses(losses, output / LOSS_PLOT, "InfoNCE + distillation loss" if teacher else "InfoNCE loss")
+    plot_losses(losses, output / "loss.png", "InfoNCE + distillation loss" if teacher else "InfoNCE loss")
     return result
 
 
@@ -245,7 +233,9 @@ def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], se
     start = time.perf_counter()
     deadline = start + settings.max_minutes * 60 if settings.max_minutes else math.inf
     bar = tqdm(total=settings.max_steps, desc="training adapter", unit="step")
-    for step, batch in zip(range(settings.max_steps), batches(pairs, settings)):
+    batches = (bm25_batches(pairs, settings.batch_size, settings.group_size, settings.seed)
+               if settings.batching == "bm25" else random_batches(pairs, settings.batch_size, settings.seed))
+    for step, batch in zip(range(settings.max_steps), batches):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings)
         with _autocast(model, settings.dtype):
@@ -282,7 +272,7 @@ def save_adapter(model, folder: Path, dtype: str, base_model: str) -> None:
     config["base_model_name_or_path"] = base_model
     config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (folder / "README.md").unlink(missing_ok=True)  # peft's blank model card; training.json says what this is
-    weights = folder / ADAPTER_WEIGHTS
+    weights = folder / "adapter_model.safetensors"
     tensors = load_file(str(weights))
     save_file({k: v.to(getattr(torch, dtype)).contiguous() for k, v in tensors.items()}, str(weights),
               metadata={"format": "pt"})
@@ -299,7 +289,7 @@ def write_metadata(output: Path, settings: TrainSettings, source: PairSource | l
               "steps": result.steps, "seconds": round(result.seconds, 1), "final_loss": round(result.final_loss, 5),
               "losses": [round(x, 5) for x in result.losses], "held_out_recall_before": result.recall_before,
               "held_out_recall_after": result.recall_after}
-    (output / METADATA_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    (output / "training.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def plot_losses(losses: list[float], path: Path, label: str) -> None:

@@ -1,12 +1,10 @@
-"""Prompt templates and few-shot demonstrations, kept as plain files in this folder (pipelines/README.md).
+"""Prompt templates and few-shot demonstrations, kept as plain files in this folder (the files, the fields of
+`NAME.txt` and `NAME.passage.txt`, and how a name or path is found: pipelines/README.md).
 
-A prompt `NAME.txt` is a template with the fields {question}, {passages} and {demos}. Its demonstrations
-are rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}, and {steps}: the
-reasoning as numbered lines) from a demo file such as `demos.jsonl`. As chat turns instead (`demo_turns`),
-each demonstration is a user turn (the prompt for its question and passages) and an assistant turn (the last
-field of `NAME.demo.txt`: its answer, reasoning or steps). A name may also be the path of a file elsewhere: a bare
-name is looked up in this folder first, so give your own files with a folder (`./mine.txt`) or an absolute path.
-An optional `NAME.passage.txt` sets how each passage is shown (fields {number}, {title}, {text}; `format_passages`).
+A demonstration is rendered with `NAME.demo.txt` (fields {question}, {passages}, {answer}, {reasoning}, and {steps}:
+the reasoning as numbered lines) from a demo file such as `demos.jsonl`. As chat turns instead (`demo_turns`), each
+demonstration is a user turn (the prompt for its question and passages) and an assistant turn (the last field of
+`NAME.demo.txt`: its answer, reasoning or steps).
 """
 from __future__ import annotations
 
@@ -108,13 +106,9 @@ def format_passages(passages: Sequence[Passage], max_words: int = 60, template: 
     """Numbered passages, one a line ("[1] Title: text", "[1] text" without a title), each cut to `max_words` words
     of text; or each shown with `template` ({number}, {title}, {text}), separated by a blank line when the template
     has several lines."""
-    shown = [(template or _default_passage(p)).format_map(
+    shown = [(template or ("[{number}] {title}: {text}" if p.title else "[{number}] {text}")).format_map(
         {"number": i, "title": p.title, "text": truncate_words(p.text, max_words)}) for i, p in enumerate(passages, 1)]
     return ("\n\n" if "\n" in template else "\n").join(shown)
-
-
-def _default_passage(passage: Passage) -> str:
-    return "[{number}] {title}: {text}" if passage.title else "[{number}] {text}"
 
 
 def format_reasoning(sentences: Sequence[str], answer: str) -> str:

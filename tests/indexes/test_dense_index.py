@@ -86,11 +86,11 @@ def test_device_is_checked_and_defaults_to_where_torch_sees_a_gpu(passages, vect
         DenseIndex.build(vectors, passages, "fake-embedder", device="gpu")
     index = DenseIndex.build(vectors, passages, "fake-embedder")
     if torch.cuda.is_available():
-        assert index.on_gpu and index.backend == ("faiss-gpu" if faiss_has_gpu() else "torch-cuda")
+        assert index.backend == ("faiss-gpu" if faiss_has_gpu() else "torch-cuda")
     else:
         with pytest.raises(ValueError, match="torch sees no CUDA device"):
             DenseIndex.build(vectors, passages, "fake-embedder", device="cuda")
-        assert not index.on_gpu and index.backend == "faiss-cpu"
+        assert index.backend == "faiss-cpu"
     assert DenseIndex.build(vectors, passages, "fake-embedder", device="cpu").backend == "faiss-cpu"
 
 
