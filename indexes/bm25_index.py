@@ -111,11 +111,6 @@ class BM25Index:
         return cls(retriever, tokenizer, corpus, manifest)
 
 
-def default_bm25_folder(cache: Path, corpus: Path, passages: Sequence[Passage]) -> Path:
-    """`<cache>/bm25/<corpus stem>-<fingerprint>`: one folder per corpus (BM25 needs no embedder)."""
-    return cache / "bm25" / f"{corpus.stem}-{corpus_fingerprint(passages)}"
-
-
 def load_or_build_bm25(folder: str | Path, passages: Sequence[Passage],
                        params: BM25Params = BM25Params()) -> BM25Index:
     """The BM25 index cached in `folder` when it matches the corpus and settings; else built and saved there."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -35,30 +36,20 @@ async def embed_passages(passages: Sequence[Passage], embed_many: EmbedMany, bat
     return np.concatenate(batches, axis=0)
 
 
-async def build_index(passages: Sequence[Passage], embed_many: EmbedMany, embedder_name: str,
-                      factory: str = "Flat", batch_size: int = 64, device: str = "auto",
-                      embedding: dict[str, Any] | None = None) -> DenseIndex:
-    """Embed the passages and index them (inner product over normalised vectors), searching on `device`;
-    `embedding` (the recipe: pooling, prefixes, adapter) goes into the manifest."""
-    vectors = await embed_passages(passages, embed_many, batch_size)
-    return DenseIndex.build(vectors, passages, embedder_name, factory=factory, device=device, embedding=embedding)
-
-
 async def load_or_build(cache_folder: str | Path, passages: Sequence[Passage], embed_many: EmbedMany,
                         embedder_name: str, factory: str = "Flat", batch_size: int = 64,
                         device: str = "auto", embedding: dict[str, Any] | None = None) -> DenseIndex:
     """Load the index cached in `cache_folder` when it matches (embedder, corpus, factory and, when given, the
-    `embedding` recipe); otherwise build it and save it there. It searches on `device` (auto | cpu | cuda: see
-    indexes/placement.py)."""
+    `embedding` recipe: pooling, prefixes, adapter, which the manifest records); otherwise embed the passages, index
+    them and save the index there. It searches on `device` (auto | cpu | cuda: see indexes/placement.py)."""
     folder = Path(cache_folder)
     if (folder / MANIFEST_FILE).is_file():
-        try:
+        with contextlib.suppress(IndexMismatchError):
             index = DenseIndex.load(folder, embedder_name, passages, device, embedding)
             if index.manifest.factory == factory:
                 return index
-        except IndexMismatchError:
-            pass
-    index = await build_index(passages, embed_many, embedder_name, factory, batch_size, device, embedding)
+    vectors = await embed_passages(passages, embed_many, batch_size)
+    index = DenseIndex.build(vectors, passages, embedder_name, factory=factory, device=device, embedding=embedding)
     index.save(folder)
     return index
 

@@ -10,8 +10,7 @@ import numpy as np
 
 from indexes.corpus import corpus_fingerprint
 from indexes.manifest import MANIFEST_FILE, IndexManifest, IndexMismatchError, check_corpus
-from indexes.placement import faiss_module, place
-from indexes.torch_search import TorchFlatSearch
+from indexes.placement import TorchFlatSearch, faiss_module, place
 from orthrus_rag.rag.types import Passage
 
 INDEX_FILE = "index.faiss"
@@ -40,13 +39,7 @@ class DenseIndex:
             raise ValueError(f"got {len(vectors)} vectors for {len(passages)} passages: give one vector a passage")
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
-        if faiss_module():
-            index = _faiss_index(vectors, factory, metric, nprobe)
-        elif factory == "Flat":
-            index = TorchFlatSearch(vectors, metric)
-        else:
-            raise ValueError(f"faiss is not installed, so only index.factory=Flat works (exact search with torch); "
-                             f"pip install faiss-cpu for {factory!r}")
+        index = _new_index(vectors, factory, metric, nprobe)
         manifest = IndexManifest(embedder=embedder_name, dimension=vectors.shape[1], metric=metric,
                                  factory=factory, corpus_fingerprint=corpus_fingerprint(passages),
                                  num_passages=len(passages), embedding=embedding)
@@ -105,8 +98,7 @@ def _read_index(folder: Path, manifest: IndexManifest):
             raise IndexMismatchError(f"the index in {folder} is a faiss file and faiss is not installed: "
                                      "pip install faiss-cpu, or rebuild it here")
         return faiss.read_index(str(folder / INDEX_FILE))
-    vectors = np.load(folder / VECTORS_FILE)
-    return _faiss_index(vectors, "Flat", manifest.metric, 1) if faiss else TorchFlatSearch(vectors, manifest.metric)
+    return _new_index(np.load(folder / VECTORS_FILE), "Flat", manifest.metric, 1)
 
 
 def _as_matrix(vectors: np.ndarray) -> np.ndarray:
@@ -118,9 +110,15 @@ def _as_matrix(vectors: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _faiss_index(vectors: np.ndarray, factory: str, metric: str, nprobe: int):
-    """A faiss index of `factory` over `vectors`, trained first when the factory needs it."""
+def _new_index(vectors: np.ndarray, factory: str, metric: str, nprobe: int):
+    """A faiss index of `factory` over `vectors`, trained first when the factory needs it; where faiss is not
+    installed, a Flat one searched with torch."""
     faiss = faiss_module()
+    if faiss is None:
+        if factory != "Flat":
+            raise ValueError(f"faiss is not installed, so only index.factory=Flat works (exact search with torch); "
+                             f"pip install faiss-cpu for {factory!r}")
+        return TorchFlatSearch(vectors, metric)
     metrics = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
     try:
         index = faiss.index_factory(vectors.shape[1], factory, metrics[metric])

@@ -1,17 +1,53 @@
 """Where an index searches (`index.device=auto|cpu|cuda`) and with what: faiss on the CPU, faiss's GPU index when
-faiss has GPU support, else exact search with torch on the device (Flat indexes; the same results as faiss Flat).
-See docs/benchmarks.md, "The index on the GPU"."""
+faiss has GPU support, else exact search with torch on the device (`TorchFlatSearch`, for Flat indexes: the results of
+faiss's Flat index, wherever torch runs, on a GPU without faiss-gpu or a machine without faiss at all). See
+docs/benchmarks.md, "The index on the GPU"."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 
-from indexes.torch_search import TorchFlatSearch
-
 DEVICES = ("auto", "cpu", "cuda")
-_GPU_RESOURCES: list = []
+SCORE_BYTES = 256 * 2**20  # the (queries x passages) score block computed at once
+
+
+class TorchFlatSearch:
+    """Brute-force inner product (or squared L2) over float32 vectors held on `device`; `search` answers as a faiss
+    index does: (scores, ids) arrays of shape (queries, k), best first."""
+
+    def __init__(self, vectors: np.ndarray, metric: str = "ip", device: str | torch.device = "cpu"):
+        if metric not in ("ip", "l2"):
+            raise ValueError(f"metric must be ip or l2, got {metric!r}")
+        self.metric, self.device = metric, torch.device(device)
+        self.vectors = torch.as_tensor(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.device)
+        self.norms = (self.vectors * self.vectors).sum(1) if metric == "l2" else None
+
+    @property
+    def ntotal(self) -> int:
+        return self.vectors.shape[0]
+
+    def numpy(self) -> np.ndarray:
+        return self.vectors.cpu().numpy()
+
+    @torch.inference_mode()
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        queries = torch.as_tensor(np.ascontiguousarray(queries, dtype=np.float32)).to(self.device)
+        rows = max(1, SCORE_BYTES // (4 * max(1, self.ntotal)))
+        scores, ids = zip(*(self._search_block(block, k) for block in queries.split(rows)))
+        return torch.cat(scores).cpu().numpy(), torch.cat(ids).cpu().numpy().astype(np.int64)
+
+    def _search_block(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        products = queries @ self.vectors.T
+        if self.metric == "ip":
+            return torch.topk(products, k, dim=1)
+        distances = (queries * queries).sum(1, keepdim=True) - 2 * products + self.norms[None, :]
+        scores, ids = torch.topk(distances, k, dim=1, largest=False)
+        return scores.clamp_min(0), ids
 
 
 def faiss_module():
@@ -48,9 +84,8 @@ def place(stored, factory: str, metric: str, device: str) -> tuple[Any, str]:
     if device == "cpu":
         return stored, "torch-cpu" if on_torch else "faiss-cpu"
     if not on_torch and faiss_has_gpu():
-        moved = _faiss_to_gpu(stored)
-        if moved is not stored:
-            return moved, "faiss-gpu"
+        with contextlib.suppress(RuntimeError):  # index types faiss cannot move (HNSW) stay on the CPU
+            return faiss_module().index_cpu_to_gpu(_gpu_resources(), 0, stored), "faiss-gpu"
     if factory == "Flat":
         vectors = stored.numpy() if on_torch else stored.reconstruct_n(0, stored.ntotal)
         return TorchFlatSearch(vectors, metric, device), "torch-cuda"
@@ -59,12 +94,6 @@ def place(stored, factory: str, metric: str, device: str) -> tuple[Any, str]:
     return stored, "faiss-cpu"
 
 
-def _faiss_to_gpu(index):
-    """A faiss GPU copy of the index; index types faiss cannot move (HNSW) stay on the CPU."""
-    faiss = faiss_module()
-    if not _GPU_RESOURCES:
-        _GPU_RESOURCES.append(faiss.StandardGpuResources())
-    try:
-        return faiss.index_cpu_to_gpu(_GPU_RESOURCES[0], 0, index)
-    except RuntimeError:
-        return index
+@functools.cache
+def _gpu_resources():
+    return faiss_module().StandardGpuResources()

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
-from orthrus_rag.rag import DenseRetriever, Retriever
-from orthrus_rag.rag.bm25_retriever import BM25Retriever
-from orthrus_rag.rag.fusion import RRF_K
-from orthrus_rag.rag.hybrid_retriever import CANDIDATES, HybridRetriever
+from orthrus_rag.rag.retriever import (CANDIDATES, RRF_K, BM25Retriever, DenseRetriever, HybridRetriever, Retriever,
+                                       check_fusion)
 
 if TYPE_CHECKING:
     from indexes import DenseIndex
@@ -32,10 +30,7 @@ class RetrievalSettings:
     def __post_init__(self):
         if self.mode not in RETRIEVAL_MODES:
             raise ValueError(f"index.retrieval must be one of {', '.join(RETRIEVAL_MODES)}, got {self.mode!r}")
-        if not self.rrf_k >= 0:
-            raise ValueError(f"index.rrf_k must be >= 0, got {self.rrf_k!r}")
-        if self.candidates < 1:
-            raise ValueError(f"index.candidates must be >= 1, got {self.candidates!r}")
+        check_fusion(self.rrf_k, self.candidates, "index.")
 
     @property
     def uses_dense(self) -> bool:
@@ -56,11 +51,8 @@ class SearchIndexes:
 
 
 def make_retriever(engine: EngineLike, indexes: SearchIndexes, embedding: EmbeddingRecipe) -> Retriever:
-    """The Retriever over `indexes` for its mode."""
+    """The Retriever over `indexes` for its mode: one side, or both fused."""
     settings = indexes.settings
-    if settings.mode == "dense":
-        return DenseRetriever(engine, indexes.dense, embedding)
-    if settings.mode == "bm25":
-        return BM25Retriever(indexes.bm25)
-    sides = [DenseRetriever(engine, indexes.dense, embedding), BM25Retriever(indexes.bm25)]
-    return HybridRetriever(sides, settings.rrf_k, settings.candidates)
+    sides = [DenseRetriever(engine, indexes.dense, embedding)] if settings.uses_dense else []
+    sides += [BM25Retriever(indexes.bm25)] if settings.uses_bm25 else []
+    return HybridRetriever(sides, settings.rrf_k, settings.candidates) if settings.mode == "hybrid" else sides[0]

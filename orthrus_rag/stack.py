@@ -201,16 +201,13 @@ def _embedding(cfg: DictConfig, engine: EngineConfig) -> EmbeddingRecipe:
         params.validate()
     except InvalidRequestError as error:
         raise UserError(f"embedder.{error.param}: {error}") from error
+    if adapter:  # recorded as `<folder name>@<first 12 hex digits of the weights' sha256>`
+        weights = Path(adapter) / "adapter_model.safetensors"
+        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.is_file() else "missing"
+        adapter = f"{Path(adapter).name}@{digest}"
     return EmbeddingRecipe(params, query_prefix=cfg.embedder.get("query_prefix") or "",
                            passage_prefix=cfg.embedder.get("passage_prefix") or "", passage_max_tokens=cut,
-                           adapter=_adapter_identity(adapter) if adapter else None, dtype=engine.dtype)
-
-
-def _adapter_identity(folder: str) -> str:
-    """`<folder name>@<first 12 hex digits of the weights' sha256>`: what an index records about the adapter."""
-    weights = Path(folder) / "adapter_model.safetensors"
-    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.is_file() else "missing"
-    return f"{Path(folder).name}@{digest}"
+                           adapter=adapter, dtype=engine.dtype)
 
 
 # ---- index ----------------------------------------------------------------------------------------------------
@@ -220,8 +217,7 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, engine: EngineConf
     (`default_index_folder`, for the dtype passages are embedded in)."""
     from hydra.utils import to_absolute_path
 
-    from indexes import CorpusFormatError, load_corpus
-    from indexes.bm25_index import default_bm25_folder
+    from indexes import CorpusFormatError, corpus_fingerprint, load_corpus
     from orthrus_rag.demo import demo_corpus_path
 
     spec = typed(IndexSpec, cfg.get("index") or {}, "index")
@@ -236,7 +232,8 @@ def _index_source(cfg: DictConfig, corpus: Path | str | None, engine: EngineConf
     name = cfg.embedder.name or f"{cfg.model.name}:backbone{adapter}"
     folder = (Path(to_absolute_path(spec.folder)) if spec.folder
               else default_index_folder(corpus, passages, name, engine.dtype))
-    bm25_folder = folder / "bm25" if spec.folder else default_bm25_folder(cache_dir(), corpus, passages)
+    bm25_folder = (folder / "bm25" if spec.folder
+                   else cache_dir() / "bm25" / f"{corpus.stem}-{corpus_fingerprint(passages)}")
     return IndexSource(folder, passages, name, spec.factory, spec.batch_size, spec.device, retrieval, bm25_folder)
 
 

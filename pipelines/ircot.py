@@ -12,20 +12,17 @@ Settings that depart from the paper, for comparison (each off by default):
 - `answer_from: chain` returns the chain's own stated answer when it states one (the reader answers otherwise).
 - `answer_from: conclude` returns the stated answer too, and otherwise shows the chain every passage held and
   lets it write "N. So the answer is: ...": no separate reader prompt, so the prefix cache serves the whole
-  conclusion prompt but the passages retrieved after the last step (on dev: fewer computed prefill tokens, fewer
-  answers right than the reader's; pipelines/README.md).
+  conclusion prompt but the passages retrieved after the last step.
+- `passage_order: retrieval` lists the passages in the order retrieved instead of best last (nearest the question),
+  so each step's prompt extends the previous one and the prefix cache serves all but the new tail. On dev, with
+  `conclude`, it computed fewer prefill tokens but found fewer gold passages and answered fewer (pipelines/README.md,
+  "Prompts that reuse the KV cache").
 - `fresh: true` adds k passages not held yet at every step (instead of the new ones among the top k).
 - `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
 
 The reader has demonstrations of its own (`reader_demos`, `reader_num_demos`), by default the chain's four worked
 examples with their answers only: with them the 135M reader sometimes answers with one of their made-up names, but
 more answers are right than with `standard_rag`'s two (docs/results.md, "IRCoT's reader demonstrations").
-
-Passage order: `best_last` (the default) lists the passages best last, nearest the question; `retrieval` lists
-them in the order they were retrieved, so each step's prompt extends the previous one and the engine's prefix
-cache serves all but the new tail. On dev `retrieval` with `answer_from: conclude` computed fewer prefill tokens
-but found fewer gold passages and answered fewer, so both are settings, not defaults (pipelines/README.md,
-"Prompts that reuse the KV cache").
 
 Deliberate differences that stay: the paper retrieves with BM25, here with whatever retriever the stack is given
 (`index.retrieval`: hybrid BM25 + dense MiniLM by default, `bm25` the paper's; on dev hybrid found about as many

@@ -8,9 +8,7 @@ from omegaconf import OmegaConf
 
 from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.rag import DenseRetriever
-from orthrus_rag.rag.bm25_retriever import BM25Retriever
-from orthrus_rag.rag.fusion import reciprocal_rank_fusion
-from orthrus_rag.rag.hybrid_retriever import HybridRetriever
+from orthrus_rag.rag.retriever import BM25Retriever, HybridRetriever, reciprocal_rank_fusion
 from orthrus_rag.retrieval import RetrievalSettings, SearchIndexes
 from orthrus_rag.settings import SettingError, UserError
 from orthrus_rag.stack import StackPlan

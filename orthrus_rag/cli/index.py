@@ -40,11 +40,8 @@ def run(cfg: DictConfig) -> None:
     plan = StackPlan.from_config(cfg, to_absolute_path(cfg.corpus) if cfg.corpus else None, pipelines={},
                                  with_index=True)
     source = plan.index
-    manifests = {}  # kind (a SearchIndexes field) -> the manifest file whose change means a build
-    if source.retrieval.uses_dense:
-        manifests["dense"] = source.folder / MANIFEST_FILE
-    if source.retrieval.uses_bm25:
-        manifests["bm25"] = source.bm25_folder / BM25_MANIFEST_FILE
+    # kind (a SearchIndexes field) -> the manifest file whose change means a build
+    manifests = {"dense": source.folder / MANIFEST_FILE, "bm25": source.bm25_folder / BM25_MANIFEST_FILE}
     before = {kind: _mtime(path) for kind, path in manifests.items()}
     engine = plan.start_engine() if source.retrieval.uses_dense else None
     try:
@@ -55,7 +52,8 @@ def run(cfg: DictConfig) -> None:
         if engine is not None:
             engine.shutdown()
     for kind, path in manifests.items():
-        print(_report(kind, path.parent, getattr(indexes, kind).manifest, _mtime(path) != before[kind]))
+        if getattr(indexes, kind) is not None:  # the indexes `index.retrieval` uses
+            print(_report(kind, path.parent, getattr(indexes, kind).manifest, _mtime(path) != before[kind]))
     print(f"done in {seconds:.1f} s")
 
 

@@ -4,14 +4,13 @@
     orthrus-rag pipeline=standard_rag pipeline.k=10
     orthrus-rag dataset=2wiki dataset.split=test dataset.limit=200
     orthrus-rag -m pipeline=no_retrieval,standard_rag,ircot,iter_retgen
-    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (distributed.py)
+    orthrus-rag dataset=2wiki workers=4                      # the questions over 4 Ray actors (answering.py)
     orthrus-rag dataset=2wiki hydra.run.dir=outputs/run1 resume=true   # continue an interrupted run
 
 Writing the files as it goes, resuming, and failed questions: docs/experiments.md#interrupted-runs-lose-nothing.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from eval.datasets import DatasetSpec, read_questions
 from eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
 from eval.predictions import PredictionLog
-from orthrus_rag.cli.answering import OnAnswer, RunOutput, answer_with
+from orthrus_rag.cli.answering import RunOutput, execute
 from orthrus_rag.files import write_atomic
 from orthrus_rag.launch import UserError, launch
 from orthrus_rag.stack import StackPlan
@@ -36,21 +35,6 @@ NOT_ANSWER_SETTINGS = ("resume", "concurrency", "workers", "allow_failures", "me
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
-def execute(plan: StackPlan, questions: list, workers: int, concurrency: int | None,
-            on_answer: OnAnswer | None = None) -> RunOutput:
-    """Answer `questions` with one engine and the stack `plan` builds on it (or, with `workers` > 1, with one on
-    each of that many Ray actors), `concurrency` at a time (on each)."""
-    if workers > 1:
-        from orthrus_rag.cli.distributed import answer_distributed
-
-        return answer_distributed(plan, questions, workers, concurrency, on_answer)
-    engine = plan.start_engine()
-    try:
-        return asyncio.run(answer_with(plan, engine, questions, concurrency, on_answer))
-    finally:
-        engine.shutdown()
-
-
 def _checked(cfg: DictConfig, key: str, default: Any, fits: Callable[[Any], bool], expected: str) -> Any:
     """`cfg[key]` (`default` when unset); a UserError naming the key unless `fits(value)`."""
     value = cfg.get(key, default)

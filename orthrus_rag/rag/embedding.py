@@ -33,8 +33,3 @@ class EmbeddingRecipe:
     def for_passages(self) -> PoolingParams:
         """The params a passage is embedded with: these, cut at `passage_max_tokens`."""
         return replace(self.params, truncate=self.passage_max_tokens)
-
-
-def describe_recipe(recipe: dict[str, Any]) -> str:
-    """One line for error messages."""
-    return ", ".join(f"{key}={value!r}" for key, value in recipe.items())

@@ -205,7 +205,8 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than batch_size={settings.batch_size}")
     if model_and_tokenizer is None:
         resolve_model_path(settings.model)  # a missing backbone fails before the teacher loads
-    teacher = _teacher(settings)  # a missing teacher fails before the backbone loads
+    # the sentence-transformers teacher (float32, CPU-or-GPU as torch finds): a missing one fails before the backbone
+    teacher = load_embedder(settings.distill_from, "float32") if settings.distill_from else None
     model, tokenizer = model_and_tokenizer or lora_model(settings)
     output = Path(settings.output)
     output.mkdir(parents=True, exist_ok=True)
@@ -219,11 +220,6 @@ def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], mode
     return result
 
 
-def _teacher(settings: TrainSettings):
-    """The sentence-transformers teacher for distillation (float32, CPU-or-GPU as torch finds), or None."""
-    return load_embedder(settings.distill_from, "float32") if settings.distill_from else None
-
-
 def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], settings: TrainSettings,
           output: Path, teacher=None) -> tuple[list[float], float]:
     params = [p for p in model.parameters() if p.requires_grad]
@@ -232,26 +228,25 @@ def _loop(model, tokenizer, pairs: list[Pair], relevant: dict[str, set[str]], se
     losses: list[float] = []
     start = time.perf_counter()
     deadline = start + settings.max_minutes * 60 if settings.max_minutes else math.inf
-    bar = tqdm(total=settings.max_steps, desc="training adapter", unit="step")
     batches = (bm25_batches(pairs, settings.batch_size, settings.group_size, settings.seed)
                if settings.batching == "bm25" else random_batches(pairs, settings.batch_size, settings.seed))
-    for step, batch in zip(range(settings.max_steps), batches):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, settings)
-        with _autocast(model, settings.dtype):
-            loss = batch_loss(model, tokenizer, batch, relevant, settings, teacher)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        bar.update(1)
-        if (step + 1) % settings.checkpoint_every == 0:
-            save_adapter(model, output / "checkpoints" / f"step-{step + 1:06d}", settings.save_dtype,
-                         settings.model)
-        if time.perf_counter() > deadline:
-            break
-    bar.close()
+    steps = zip(range(settings.max_steps), batches)
+    with tqdm(steps, total=settings.max_steps, desc="training adapter", unit="step") as bar:
+        for step, batch in bar:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, settings)
+            with _autocast(model, settings.dtype):
+                loss = batch_loss(model, tokenizer, batch, relevant, settings, teacher)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            if (step + 1) % settings.checkpoint_every == 0:
+                save_adapter(model, output / "checkpoints" / f"step-{step + 1:06d}", settings.save_dtype,
+                             settings.model)
+            if time.perf_counter() > deadline:
+                break
     model.eval()
     return losses, start
 

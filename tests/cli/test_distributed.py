@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orthrus_rag.cli.distributed import _answer_each
+from orthrus_rag.cli.answering import _answer_each
 from orthrus_rag.cli.run import main
 from tests.cli.conftest import run_app, tiny_models  # noqa: F401 - the experiment app's fixtures
 

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from indexes.build import build_index, engine_embedder, load_or_build
+from indexes.build import embed_passages, engine_embedder, load_or_build
+from indexes.faiss_index import DenseIndex
 from orthrus_rag.engine import PoolingParams
 
 
@@ -28,7 +29,7 @@ class FakeEmbedder:
 
 async def test_build_index_embeds_formatted_passages_in_batches(passages):
     embed = FakeEmbedder()
-    index = await build_index(passages, embed, "fake", batch_size=64)
+    index = DenseIndex.build(await embed_passages(passages, embed, batch_size=64), passages, "fake")
     assert embed.calls == 5 and embed.texts == 300
     hit = index.search(embed.vector(passages[42].formatted()), k=1)[0][0]
     assert hit.id == "p42"
@@ -81,7 +82,7 @@ async def test_bad_embed_many_output_is_reported(passages):
         return np.zeros((1, 4), np.float32)
 
     with pytest.raises(ValueError, match="must return an"):
-        await build_index(passages, wrong, "fake")
+        await embed_passages(passages, wrong)
 
 
 class FakeEngine:

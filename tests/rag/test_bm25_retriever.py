@@ -3,7 +3,7 @@ import pytest
 
 from indexes.bm25_index import BM25Index
 from orthrus_rag.rag import Passage
-from orthrus_rag.rag.bm25_retriever import BM25Retriever
+from orthrus_rag.rag.retriever import BM25Retriever
 
 CORPUS = [Passage("1", "Apple", "A red fruit."), Passage("2", "Pear", "A green fruit."),
           Passage("3", "Loire", "A river in France.")]

@@ -1,7 +1,7 @@
 """Reciprocal-rank fusion on hand-computed cases."""
 import pytest
 
-from orthrus_rag.rag.fusion import reciprocal_rank_fusion
+from orthrus_rag.rag.retriever import reciprocal_rank_fusion
 from orthrus_rag.rag.types import Passage
 
 

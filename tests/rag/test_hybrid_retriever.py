@@ -2,7 +2,7 @@
 import pytest
 
 from orthrus_rag.rag import Passage, Retrieval, Retriever
-from orthrus_rag.rag.hybrid_retriever import HybridRetriever
+from orthrus_rag.rag.retriever import HybridRetriever
 
 
 class Scripted(Retriever):

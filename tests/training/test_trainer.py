@@ -138,7 +138,8 @@ def test_masked_logits_keep_the_own_passage_and_mask_other_relevant_ones():
 
 
 def test_distillation_from_a_teacher_trains_and_is_recorded(tiny_llama_dir, tiny_encoder_dir, tmp_path):
-    from orthrus_rag.training.trainer import _teacher, batch_loss, lora_model
+    from orthrus_rag.models import load_embedder
+    from orthrus_rag.training.trainer import batch_loss, lora_model
     from orthrus_rag.training.batching import relevant_passages
 
     settings = toy_settings(tiny_llama_dir, tmp_path, distill_from=str(tiny_encoder_dir), distill_weight=0.5,
@@ -147,7 +148,8 @@ def test_distillation_from_a_teacher_trains_and_is_recorded(tiny_llama_dir, tiny
     pairs = toy_pairs(40)
     with torch.no_grad():
         plain = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings)
-        both = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings, _teacher(settings))
+        teacher = load_embedder(settings.distill_from, "float32")
+        both = batch_loss(model, tokenizer, pairs[:8], relevant_passages(pairs), settings, teacher)
     assert both.item() > plain.item()  # the KL term of a random teacher is positive
     result = train(settings, pairs, (model, tokenizer))
     assert len(result.losses) == 4 and all(map(math.isfinite, result.losses))
