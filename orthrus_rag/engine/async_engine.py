@@ -60,7 +60,7 @@ class Shutdown:
 Command = Add | Abort | Shutdown  # what a caller's thread sends the loop thread
 
 
-class AsyncEngine:
+class AsyncEngine(contextlib.AbstractAsyncContextManager):  # `async with AsyncEngine(...) as engine`: shut down on exit
     def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None):
         self.engine = engine or LLMEngine(config or EngineConfig())
         self.config = self.engine.config
@@ -75,11 +75,8 @@ class AsyncEngine:
         self._abandoned = False  # shutdown gave up waiting: the loop stops at its next turn
         self._idle, self._beat = False, time.monotonic()  # for health(): blocked on the queue, or the last step's end
         self._stats: dict = self.engine.get_stats()
-        self._thread = threading.Thread(target=self._run, name="orthrus-engine", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="orthrus-engine", daemon=True)
         self._thread.start()
-
-    async def __aenter__(self) -> AsyncEngine:
-        return self
 
     async def __aexit__(self, *exc) -> None:
         self.shutdown()
@@ -120,7 +117,8 @@ class AsyncEngine:
         return self.engine.step_log.since(since, limit)
 
     def embedding_dim(self, model: str | None = None) -> int:
-        return self.engine.embedding_dim(model)
+        embedder = self.engine.embedder
+        return self.engine.runner.hidden_size if model == "backbone" or embedder is None else embedder.dim
 
     def health(self) -> str | None:
         """Why the engine cannot serve (dead, thread gone, or no step finished within `stall_timeout_s` while it
@@ -210,14 +208,6 @@ class AsyncEngine:
         if waiter is not None:
             _send(waiter, out)
 
-    def _run(self) -> None:
-        """The loop thread: `_loop` until shutdown; any other way out marks the engine dead and fails its waiters."""
-        try:
-            self._loop()
-        except BaseException as err:  # noqa: BLE001 - whatever ended the loop, nobody may wait on a dead engine
-            log.error("the engine thread stopped", exc_info=err)
-            self._die(EngineDeadError(f"the engine thread stopped ({err!r}); start a new engine"))
-
     def _die(self, error: EngineDeadError) -> None:
         """Mark the engine dead and answer every waiter with `error`."""
         with self._lock:
@@ -227,25 +217,30 @@ class AsyncEngine:
             _send(waiter, StepOutput(key, finished=True, error=error))
 
     def _loop(self) -> None:
-        stopping = False
-        while not self._abandoned:
-            block = not self.engine.has_unfinished()
-            if stopping and block:
-                break
-            self._idle = block
-            stopping |= self._drain(block, accept=not stopping)
-            self._idle, self._beat = False, time.monotonic()
-            try:
-                outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
-            except Exception as err:  # outside any one request: fail those in flight, keep serving
-                outputs = self._fail_all(err)
-            self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
-            self._beat = time.monotonic()
-            for out in outputs:
-                self._deliver(out)
-        with self._lock:
-            self._dead = EngineDeadError("shut down")
-        self._drain(block=False, accept=False)  # answer what was queued after the last step
+        """The loop thread, until shutdown; any other way out marks the engine dead and fails its waiters."""
+        try:
+            stopping = False
+            while not self._abandoned:
+                block = not self.engine.has_unfinished()
+                if stopping and block:
+                    break
+                self._idle = block
+                stopping |= self._drain(block, accept=not stopping)
+                self._idle, self._beat = False, time.monotonic()
+                try:
+                    outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
+                except Exception as err:  # outside any one request: fail those in flight, keep serving
+                    outputs = self._fail_all(err)
+                self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
+                self._beat = time.monotonic()
+                for out in outputs:
+                    self._deliver(out)
+            with self._lock:
+                self._dead = EngineDeadError("shut down")
+            self._drain(block=False, accept=False)  # answer what was queued after the last step
+        except BaseException as err:  # noqa: BLE001 - whatever ended the loop, nobody may wait on a dead engine
+            log.error("the engine thread stopped", exc_info=err)
+            self._die(EngineDeadError(f"the engine thread stopped ({err!r}); start a new engine"))
 
     def _fail_all(self, err: Exception) -> list[StepOutput]:
         error = EngineError(f"the engine step failed ({err!r}); the requests in it were stopped, retry them")

@@ -155,14 +155,19 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     meta, layer = orthrus_meta, module.layer_idx
     meta.cache.write(layer, meta.write_slots, key[0].transpose(0, 1), value[0].transpose(0, 1))
     causal = getattr(module, "is_causal", True)
-    q = query[0].transpose(0, 1)  # (T, heads, d)
+    q, lay, cache = query[0].transpose(0, 1), meta.kernel, meta.cache  # q: (T, heads, d)
     if meta.backend == VLLM_CPU:
-        k = meta.kernel
-        out = vllm_cpu.attend(q.to(meta.cache.dtype).contiguous(), meta.cache.k[layer], meta.cache.v[layer],
-                              k.query_start, k.seq_lens, k.block_table, scaling or q.shape[-1] ** -0.5, causal,
-                              sliding_window, meta.plan(causal, sliding_window, q.shape[1])).to(q.dtype)
+        out = vllm_cpu.attend(q.to(cache.dtype).contiguous(), cache.k[layer], cache.v[layer], lay.query_start,
+                              lay.seq_lens, lay.block_table, scaling or q.shape[-1] ** -0.5, causal, sliding_window,
+                              meta.plan(causal, sliding_window, q.shape[1])).to(q.dtype)
     elif meta.backend == FLASH_PAGED:
-        out = _attend_flash(meta, layer, q, scaling, causal, sliding_window)
+        from flash_attn import flash_attn_varlen_func
+
+        pages = (-1, lay.page, cache.num_kv_heads, cache.head_dim)
+        left = -1 if sliding_window is None else sliding_window - 1
+        out = flash_attn_varlen_func(q, cache.k[layer].view(pages), cache.v[layer].view(pages), lay.query_start,
+                                     lay.key_start, lay.max_queries, lay.max_keys, softmax_scale=scaling, causal=causal,
+                                     window_size=(left, left if not causal else 0), block_table=lay.block_table)
     else:
         out = _attend_in_place(meta, layer, q, scaling, causal, sliding_window)
     return out[None], None
@@ -220,19 +225,6 @@ def _run_with_lse(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torc
         lse = lse.masked_fill(m.empty, float("-inf"))
         o = o.masked_fill(m.empty[:, None], 0.0)
     return o, lse
-
-
-def _attend_flash(meta: AttentionMetadata, layer: int, q: torch.Tensor, scaling, causal: bool,
-                  window: int | None) -> torch.Tensor:
-    from flash_attn import flash_attn_varlen_func
-
-    lay, cache = meta.kernel, meta.cache
-    pages = (-1, lay.page, cache.num_kv_heads, cache.head_dim)
-    k, v = cache.k[layer].view(pages), cache.v[layer].view(pages)
-    left = window - 1 if window is not None else -1
-    return flash_attn_varlen_func(q, k, v, lay.query_start, lay.key_start, lay.max_queries, lay.max_keys,
-                                  softmax_scale=scaling, causal=causal, window_size=(left, left if not causal else 0),
-                                  block_table=lay.block_table)
 
 
 def register() -> str:

@@ -1,9 +1,7 @@
 """Paged KV cache bookkeeping: a pool of fixed-size blocks, block tables, reference counts and prefix caching.
 
-A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`. With prefix
-caching, every full block of a generation sequence is named by a SHA-256 chain over its tokens (`block_digest`) and
-shared by reference count; a block whose count drops to zero keeps its name and can still be hit until it is reused,
-least recently freed first (docs/engine.md).
+A block table is a list of block ids; token t of a sequence lives in slot `table[t // B] * B + t % B`. Prefix caching
+(docs/engine.md) names and shares the full blocks of generation sequences only (`block_digest`).
 """
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from orthrus_rag.engine.errors import InvalidRequestError
 
@@ -21,9 +23,7 @@ class EngineConfig:
     device: str = "auto"  # auto = cuda when available, else cpu; or cpu, cuda, cuda:N
     load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
     num_threads: int | None = None  # torch threads (>= 1); None: every core the process may use
-    # auto: vllm_cpu on CPU where its kernels load, flash_attn_paged on CUDA with flash-attn and block_size % 256 == 0,
-    # else sdpa_in_place (all read the KV cache in place; engine/attention.py)
-    attention_backend: str = "auto"
+    attention_backend: str = "auto"  # auto: the fastest of ATTENTION_BACKENDS that runs here (docs/engine.md)
     # Step budget.
     max_num_batched_tokens: int = 512  # tokens (all kinds) in one forward step
     max_num_seqs: int = 64  # rows (sequences) in one step
@@ -43,44 +43,35 @@ class EngineConfig:
     weights: dict[str, int] = field(default_factory=lambda: {"embed": 1, "generate": 1})  # for `weighted`: these keys
     step_time_target_s: float | None = None  # for `adaptive`: a step that decodes should not take longer (None: off)
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
-    # Co-located embedder's cost per token in generator tokens (> 0). None: `adaptive` measures it from the step
-    # times; the other policies count 1.
-    embedder_token_cost: float | None = None
+    embedder_token_cost: float | None = None  # embedder token's cost in generator tokens; None: adaptive measures it
 
     def validate(self) -> None:
-        if self.attention_backend not in ("auto", *ATTENTION_BACKENDS):
-            raise InvalidRequestError(f"runtime.attention_backend must be auto or one of {list(ATTENTION_BACKENDS)}, "
-                                      f"got {self.attention_backend!r}", "attention_backend")
-        if self.load_format not in ("auto", "dummy"):
-            raise InvalidRequestError(f"runtime.load_format must be auto or dummy, got {self.load_format!r}",
-                                      "load_format")
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
-            raise InvalidRequestError(f"runtime.device must be auto, cpu, cuda or cuda:N (N a GPU's index), got "
-                                      f"{self.device!r}", "device")
-        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_waiting"):
-            if int(getattr(self, name)) < 1:
-                raise InvalidRequestError(f"runtime.{name} must be >= 1, got {getattr(self, name)!r}", name)
-        for name in ("num_kv_blocks", "max_model_len", "num_threads"):
-            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
-                raise InvalidRequestError(f"runtime.{name} must be >= 1, or null for its default; got "
-                                          f"{getattr(self, name)!r}", name)
-        if int(self.step_log_size) < 0:
-            raise InvalidRequestError(f"runtime.step_log_size must be >= 0, got {self.step_log_size!r}",
-                                      "step_log_size")
-        for name in ("shutdown_timeout_s", "stall_timeout_s"):
-            if not float(getattr(self, name)) > 0:
-                raise InvalidRequestError(f"runtime.{name} must be > 0 seconds, got {getattr(self, name)!r}", name)
-        if not 0 < self.kv_memory_fraction <= 1:
-            raise InvalidRequestError("runtime.kv_memory_fraction must be in (0, 1]", "kv_memory_fraction")
-        if not 0 <= self.embed_min_share <= 1:
-            raise InvalidRequestError("runtime.embed_min_share must be in [0, 1]", "embed_min_share")
-        if self.step_time_target_s is not None and not self.step_time_target_s > 0:
-            raise InvalidRequestError("runtime.step_time_target_s must be > 0, or null for no target",
-                                      "step_time_target_s")
-        if self.embedder_token_cost is not None and not 0 < float(self.embedder_token_cost) < math.inf:
-            raise InvalidRequestError(f"runtime.embedder_token_cost must be > 0 (an embedder token's cost in generator "
-                                      f"tokens), or null; got {self.embedder_token_cost!r}", "embedder_token_cost")
+        for names, valid, must in CHECKS:
+            for name in names:
+                if not valid(getattr(self, name)):
+                    raise InvalidRequestError(f"runtime.{name} " + must.format(getattr(self, name)), name)
         unknown = sorted(set(self.weights) - {"embed", "generate"})
         if unknown:
             raise InvalidRequestError(f"runtime.weights takes the keys embed and generate only; got {unknown}",
                                       "weights")
+
+
+# (fields, whether a value is valid, what it must be: the error message after "runtime.<field> ", the value in {!r})
+CHECKS: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
+    (("attention_backend",), lambda v: v in ("auto", *ATTENTION_BACKENDS),
+     f"must be auto or one of {list(ATTENTION_BACKENDS)}, got {{!r}}"),
+    (("load_format",), lambda v: v in ("auto", "dummy"), "must be auto or dummy, got {!r}"),
+    (("device",), lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(v)) is not None,
+     "must be auto, cpu, cuda or cuda:N (N a GPU's index), got {!r}"),
+    (("max_num_batched_tokens", "max_num_seqs", "block_size", "max_waiting"), lambda v: int(v) >= 1,
+     "must be >= 1, got {!r}"),
+    (("num_kv_blocks", "max_model_len", "num_threads"), lambda v: v is None or int(v) >= 1,
+     "must be >= 1, or null for its default; got {!r}"),
+    (("step_log_size",), lambda v: int(v) >= 0, "must be >= 0, got {!r}"),
+    (("shutdown_timeout_s", "stall_timeout_s"), lambda v: float(v) > 0, "must be > 0 seconds, got {!r}"),
+    (("kv_memory_fraction",), lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    (("embed_min_share",), lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    (("step_time_target_s",), lambda v: v is None or v > 0, "must be > 0, or null for no target"),
+    (("embedder_token_cost",), lambda v: v is None or 0 < float(v) < math.inf,
+     "must be > 0 (an embedder token's cost in generator tokens), or null; got {!r}"),
+]

@@ -195,14 +195,11 @@ class LLMEngine:
             return None
         rid = seq.request_id
         token = out.tokens[rid] if out.tokens else sample(out.logits[rid], seq.sampling, self.generators[rid])
-        return self._append_token(seq, token)
-
-    def _append_token(self, seq: Sequence, token: int) -> StepOutput:
         reason = append_token(seq, token, self.tokenizer, self.eos_ids)
         if reason is None:
-            return StepOutput(seq.request_id, take_delta(seq), [token])
+            return StepOutput(rid, take_delta(seq), [token])
         self._release(seq, reason)  # records the finish reason, which the last delta and the result read
-        return StepOutput(seq.request_id, take_delta(seq), [token], finished=True, result=generate_output(seq))
+        return StepOutput(rid, take_delta(seq), [token], finished=True, result=generate_output(seq))
 
     def _finish_embedding(self, seq: Sequence, vector: torch.Tensor) -> StepOutput:
         result = embed_output(seq, vector)
@@ -223,7 +220,11 @@ class LLMEngine:
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InvalidRequestError("the input is empty; send at least one non-blank character", "input")
-            _check_unicode(prompt)
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise InvalidRequestError(f"the input is not valid Unicode text (a lone surrogate at character "
+                                          f"{err.start}); send UTF-8 text", "input") from None
             ids = self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
             if not ids:
                 raise InvalidRequestError("the input has no tokens (the tokenizer drops every character in it); "
@@ -266,19 +267,6 @@ class LLMEngine:
             "attention_backend": self.runner.attention_backend,
             "dtype": str(self.runner.dtype).removeprefix("torch."),
         }
-
-    def embedding_dim(self, model: str | None = None) -> int:
-        if model == "backbone" or self.embedder is None:
-            return self.runner.hidden_size
-        return self.embedder.dim
-
-
-def _check_unicode(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise InvalidRequestError(f"the input is not valid Unicode text (a lone surrogate at character {err.start}); "
-                                  "send UTF-8 text", "input") from None
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -1,6 +1,5 @@
-"""A sequence's outputs, written here only: sampled tokens and their text (incremental detokenisation, stop
-conditions, stream deltas), the first-token and finish times, and the final results. The scheduler owns the life
-cycle (status, progress, finish reason), the block manager the block table."""
+"""A sequence's outputs, written here only (the other fields' writers: engine/sequence.py): sampled tokens and their
+text (incremental detokenisation, stop conditions, stream deltas), the first-token and finish times, the results."""
 from __future__ import annotations
 
 import time

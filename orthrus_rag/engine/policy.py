@@ -126,8 +126,7 @@ class WeightedPolicy(Policy):
 
 @register_policy("alternating")
 class AlternatingPolicy(Policy):
-    def __init__(self):
-        self.kind: Kind = "embed"
+    kind: Kind = "embed"  # the kind this step runs, set per step by begin_step
 
     def begin_step(self, view: QueueView) -> None:
         other: Kind = "generate" if self.kind == "embed" else "embed"

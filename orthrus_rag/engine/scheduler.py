@@ -9,8 +9,7 @@ The scheduler is the only owner of a sequence's life cycle (the engine reads res
                └──── preempt ────────┘        abort / error: WAITING or RUNNING ──finish──> FINISHED
 
 It alone writes `status`, `num_computed`, `finish_reason`, `pool_state` and `timings.first_scheduled`; block tables
-change only through the block manager it calls. Preempting a request frees its blocks; it waits again at the head
-of its queue with its tokens kept (docs/engine.md, "Preemption by recompute").
+change only through the block manager it calls.
 """
 from __future__ import annotations
 
@@ -183,14 +182,11 @@ class Scheduler:
         return next(iter(queue.values())).arrival_seq if queue else None
 
     def _view(self, out: SchedulerOutput) -> QueueView:
-        ratio = self.policy.embed_ratio
-
-        def pending(kind: Kind) -> float:
-            return sum(s.num_remaining * (1.0 if s.on_backbone else ratio) for s in self.waiting[kind].values())
-
+        ratio = self.policy.embed_ratio  # co-located embedder tokens in generator tokens
         return QueueView(
             head_arrival={k: self._head_arrival(k) for k in KINDS},
-            pending_tokens={k: pending(k) for k in KINDS},
+            pending_tokens={k: sum(s.num_remaining * (1.0 if s.on_backbone else ratio) for s in queue.values())
+                            for k, queue in self.waiting.items()},
             running={k: sum(1 for s in self.running.values() if s.kind == k) for k in KINDS},
             placed_tokens=out.num_backbone_tokens,
             decodes=sum(1 for c in out.chunks if c.is_decode),

@@ -11,12 +11,7 @@ from orthrus_rag.engine.pooler import PoolState
 from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
 
 Kind = Literal["generate", "embed"]
-
-
-class Status(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
+Status = enum.Enum("Status", ["WAITING", "RUNNING", "FINISHED"])  # a request's life cycle: engine/scheduler.py
 
 
 @dataclass

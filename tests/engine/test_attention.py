@@ -13,7 +13,7 @@ from orthrus_rag.engine import attention, vllm_cpu
 from orthrus_rag.engine.attention import paged_attention
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.kv_cache import PagedKVCache
-from orthrus_rag.engine.packing import pack_host, to_device
+from orthrus_rag.engine.model_runner import pack_host, to_device
 from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sequence import Sequence
 
