@@ -9,7 +9,7 @@ import pytest
 from orthrus_rag.cluster import import_ray, summed_stats
 from orthrus_rag.settings import UserError
 
-SINGLE_PROCESS = ["orthrus_rag.serving.app", "orthrus_rag.serving.cli", "orthrus_rag.serving.server",
+SINGLE_PROCESS = ["orthrus_rag.serving.app", "orthrus_rag.serving.cli", "orthrus_rag.serving.lifecycle",
                   "orthrus_rag.cli.run", "eval.leaderboard", "orthrus_rag.cluster"]
 
 

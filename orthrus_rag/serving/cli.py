@@ -70,14 +70,13 @@ def run(cfg: DictConfig) -> None:
         from orthrus_rag.cluster import import_ray
 
         import_ray()  # a clear error before anything loads when the `ray` extra is missing
-        from orthrus_rag.serving.ray_serve import serve_on_ray
-        from orthrus_rag.serving.replica import ReplicaSpec
+        from orthrus_rag.serving.ray_serve import ReplicaSpec, serve_on_ray
 
         return serve_on_ray(ReplicaSpec(plan, settings.rag.pipeline if settings.rag.enabled else None), settings,
                             examples)
     from orthrus_rag.serving.app import create_app
     from orthrus_rag.serving.rag_service import build_rag
-    from orthrus_rag.serving.server import serve
+    from orthrus_rag.serving.lifecycle import serve
 
     engine = plan.start_engine()  # one engine in this process, under uvicorn; RAG's index is ready before serving
     try:

@@ -71,6 +71,11 @@ def as_api_error(err: Exception) -> APIError:
     """The client-facing form of any exception raised while serving a request."""
     if isinstance(err, APIError):
         return err
+    if isinstance(err, RequestValidationError):
+        return validation_error(err)
+    if isinstance(err, StarletteHTTPException):
+        kind, code = _HTTP_KINDS.get(err.status_code, ("invalid_request_error", None))
+        return APIError(err.status_code, str(err.detail), kind, code=code)
     if isinstance(err, (InvalidRequestError, RagInputError)):
         return bad_request(str(err), err.param)
     if isinstance(err, QueueFullError):
@@ -85,8 +90,12 @@ def as_api_error(err: Exception) -> APIError:
 
 
 def validation_error(err: RequestValidationError) -> APIError:
-    """FastAPI's 422 as a 400 naming the bad field, with the most telling of pydantic's errors."""
-    first = _most_telling(err.errors())
+    """FastAPI's 422 as a 400 naming the bad field, with the most telling of pydantic's errors: for a field that
+    takes one of several types, pydantic reports a failure per type, so a value of the right type that breaks a
+    constraint goes before a value of the wrong type, then the error found deepest (max keeps the first of equals:
+    pydantic's own order)."""
+    first = max(err.errors(), default={}, key=lambda e: (not e.get("type", "").endswith("_type"),
+                                                         len(_field_path(e.get("loc", ())))))
     if first.get("type") == "json_invalid":
         where = f" at character {first['loc'][-1]}" if len(first.get("loc", ())) > 1 else ""
         return bad_request(f"the body is not valid JSON{where}: {first.get('ctx', {}).get('error', 'malformed')}")
@@ -94,15 +103,6 @@ def validation_error(err: RequestValidationError) -> APIError:
     param = loc[0] if loc and not loc[0].isdigit() else None  # the top-level field, as OpenAI reports it
     where = f" at '{'.'.join(loc)}'" if loc else " (the body must be a JSON object)"
     return bad_request(f"invalid request{where}: {first.get('msg', 'malformed body')}", param)
-
-
-def _most_telling(errors: list[dict]) -> dict:
-    """For a field that takes one of several types, pydantic reports a failure per type: prefer a value of the
-    right type that breaks a constraint over a value of the wrong type, then the error found deepest."""
-    def rank(error: dict) -> tuple[bool, int]:
-        return (not error.get("type", "").endswith("_type"), len(_field_path(error.get("loc", ()))))
-
-    return max(errors, key=rank, default={})  # max keeps the first of equals: pydantic's own order
 
 
 def _field_path(loc: tuple) -> list[str]:
@@ -116,18 +116,10 @@ def _union_label(part: str) -> bool:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_validation(_: Request, err: RequestValidationError) -> ErrorResponse:
-        return validation_error(err).response()
-
-    async def on_http(_: Request, err: StarletteHTTPException) -> ErrorResponse:
-        kind, code = _HTTP_KINDS.get(err.status_code, ("invalid_request_error", None))
-        return APIError(err.status_code, str(err.detail), kind, code=code).response()
-
-    async def on_known(_: Request, err: Exception) -> ErrorResponse:
+    async def on_error(_: Request, err: Exception) -> ErrorResponse:
         return as_api_error(err).response()
 
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    for known in (APIError, EngineError, RagInputError):  # expected failures: answered without a traceback in the log
-        app.add_exception_handler(known, on_known)
-    app.add_exception_handler(Exception, on_known)  # anything else: a 500 for this request only (logged)
+    # expected failures are answered without a traceback in the log; anything else (Exception) gets a 500 for this
+    # request only, and is logged
+    for known in (RequestValidationError, StarletteHTTPException, APIError, EngineError, RagInputError, Exception):
+        app.add_exception_handler(known, on_error)

@@ -12,7 +12,7 @@ from orthrus_rag.demo import demo_questions_path
 from orthrus_rag.rag import Passage
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.settings import UiSettings
-from orthrus_rag.settings import UserError
+from orthrus_rag.settings import user_errors
 
 DEMO = "demo"
 DATASET = "dataset"
@@ -42,11 +42,9 @@ class Examples:
     def load(cls, ui: UiSettings) -> Examples:
         """The demo set and `server.ui.dataset`; a dataset that cannot be read is a UserError naming the key."""
         sources = {DEMO: load_questions(demo_questions_path(), split="all")}
-        if ui.dataset:
-            try:
+        if ui.dataset:  # missing, unreadable, or not questions
+            with user_errors(OSError, ValueError, TypeError, prefix="server.ui.dataset: "):
                 sources[DATASET] = load_questions(Path(ui.dataset), split=ui.dataset_split, limit=ui.dataset_limit)
-            except (OSError, ValueError, TypeError) as err:  # missing, unreadable, or not questions
-                raise UserError(f"server.ui.dataset: {err}") from err
         return cls(sources)
 
     def listing(self, source: str) -> list[dict]:

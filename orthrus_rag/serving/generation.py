@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from orthrus_rag.engine import GenerateOutput, InvalidRequestError, SamplingParams
+from orthrus_rag.engine import GenerateOutput, SamplingParams
 from orthrus_rag.engine.async_engine import OFF_THREAD_CHARS
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
@@ -35,36 +35,28 @@ def new_call(state: ServerState, prefix: str, model: str | None) -> Call:
     return Call(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), state.generator_name)
 
 
-async def max_tokens_for(state: ServerState, prompt: Prompt, asked: int | None) -> int:
-    """The client's max_tokens, or else the server's default cut to the room the prompt leaves in the context; a
-    prompt that leaves no room is refused without blaming a max_tokens the client did not send."""
-    if asked is not None:
-        return asked
-    used = len(prompt) if isinstance(prompt, list) else len(await _tokenize(state.engine.tokenizer, prompt))
-    room = state.engine.context_length - used
-    if room < 1:
-        raise bad_request(f"the input ({used} tokens) leaves no room for output in the model's context length of "
-                          f"{state.engine.context_length} tokens; shorten the input", "input")
-    return min(state.settings.default_max_tokens, room)
-
-
-async def _tokenize(tokenizer, text: str) -> list[int]:
-    """As the engine tokenises a generator's prompt; a long text in a worker thread, off the event loop."""
-    if len(text) >= OFF_THREAD_CHARS:
-        return await asyncio.to_thread(tokenizer.encode, text)
-    return tokenizer.encode(text)
-
-
-def sampling_params(req: SamplingRequest, max_tokens: int) -> SamplingParams:
+async def sampling_params(state: ServerState, req: SamplingRequest, prompt: Prompt,
+                          max_tokens: int | None) -> SamplingParams:
+    """The request's sampling settings; without the client's max_tokens, the server's default cut to the room the
+    prompt leaves in the context (a prompt that leaves no room is refused without blaming a max_tokens the client
+    did not send)."""
+    if max_tokens is None:
+        if isinstance(prompt, list):
+            used = len(prompt)
+        else:  # as the engine tokenises a generator's prompt; a long text in a worker thread, off the event loop
+            encode = state.engine.tokenizer.encode
+            used = len(await asyncio.to_thread(encode, prompt) if len(prompt) >= OFF_THREAD_CHARS else encode(prompt))
+        room = state.engine.context_length - used
+        if room < 1:
+            raise bad_request(f"the input ({used} tokens) leaves no room for output in the model's context length "
+                              f"of {state.engine.context_length} tokens; shorten the input", "input")
+        max_tokens = min(state.settings.default_max_tokens, room)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = SamplingParams(max_tokens=max_tokens,
                             temperature=1.0 if req.temperature is None else req.temperature,
                             top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k, seed=req.seed,
                             stop=stop, ignore_eos=req.ignore_eos)
-    try:
-        params.validate()
-    except InvalidRequestError as err:
-        raise bad_request(str(err), err.param) from err
+    params.validate()  # InvalidRequestError: a 400 naming the field (errors.as_api_error), before anything starts
     return params
 
 

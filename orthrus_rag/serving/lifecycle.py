@@ -1,9 +1,15 @@
-"""Server lifecycle: serving, then draining (new requests get 503 while in-flight ones finish)."""
+"""Server lifecycle: serving under uvicorn, then draining: from SIGINT/SIGTERM on, new requests get 503 while
+in-flight ones finish."""
 from __future__ import annotations
 
+import contextlib
+
+import uvicorn
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orthrus_rag.serving.errors import APIError
+from orthrus_rag.serving.settings import ServerSettings
 from orthrus_rag.serving.state import ServerState
 
 
@@ -19,3 +25,28 @@ class DrainingMiddleware:
                              code="shutting_down")
             return await error.response()(scope, receive, send)
         await self.app(scope, receive, send)
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that marks the app as draining as soon as shutdown begins."""
+
+    def __init__(self, app: FastAPI, config: uvicorn.Config):
+        super().__init__(config)
+        self.state = app.state.server
+
+    def handle_exit(self, sig: int, frame) -> None:  # noqa: ANN001 - signal handler signature
+        self.state.draining = True
+        super().handle_exit(sig, frame)  # a first signal drains; a second one forces the exit
+
+
+def make_server(app: FastAPI, settings: ServerSettings) -> DrainingServer:
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                            timeout_graceful_shutdown=settings.timeout_graceful_shutdown, lifespan="on",
+                            proxy_headers=False, server_header=False)
+    return DrainingServer(app, config)
+
+
+def serve(app: FastAPI, settings: ServerSettings) -> None:
+    """Serve until interrupted (blocking)."""
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it drained on; the exit is clean
+        make_server(app, settings).run()

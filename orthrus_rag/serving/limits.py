@@ -54,8 +54,13 @@ class LimitsMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/") or scope["path"] in UNBOUNDED:
             return await self.app(scope, receive, send)
-        key = self._client_key(scope)
-        if key is None:
+        # requests count by the server's API key, or by the client's address when the server has no key (a token
+        # sent to a keyless server counts for nothing)
+        if self.api_key is None:
+            key = f"addr:{(scope.get('client') or ('?', 0))[0]}"
+        elif has_key(Headers(scope=scope).get("authorization", ""), self.api_key):
+            key = "key"
+        else:
             return await self.app(scope, receive, send)  # a wrong or missing key: 401 at once, nothing to bound
         if self.max_per_key is not None and self.in_flight[key] >= self.max_per_key:
             error = APIError(429, f"too many requests in flight for this key (server.max_concurrent_per_key="
@@ -66,17 +71,7 @@ class LimitsMiddleware:
         try:
             await self._bounded(scope, receive, send)
         finally:
-            self.in_flight[key] -= 1
-            if not self.in_flight[key]:
-                del self.in_flight[key]
-
-    def _client_key(self, scope: Scope) -> str | None:
-        """What requests are counted by: the server's API key (None: the request sends a wrong key or none), or the
-        client's address when the server has no key (a token sent to a keyless server counts for nothing)."""
-        if self.api_key is None:
-            client = scope.get("client") or ("?", 0)
-            return f"addr:{client[0]}"
-        return "key" if has_key(Headers(scope=scope).get("authorization", ""), self.api_key) else None
+            self.in_flight -= Counter([key])  # a key with none left in flight is dropped
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         now = asyncio.get_running_loop().time()

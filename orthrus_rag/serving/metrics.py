@@ -11,7 +11,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-API_PREFIX = "/v1/"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -51,7 +50,8 @@ class MetricsMiddleware:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_api_request(scope):
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/") or all(  # an API route, any method
+                route.matches(scope)[0] == Match.NONE for route in scope["app"].router.routes):
             return await self.app(scope, receive, send)
         start, status = time.perf_counter(), 500
 
@@ -68,9 +68,3 @@ class MetricsMiddleware:
             endpoint = getattr(scope.get("route"), "path", scope["path"])
             self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
             self.metrics.requests.labels(endpoint, str(status)).inc()
-
-
-def is_api_request(scope: Scope) -> bool:
-    """Whether the request is for one of the app's API routes (a path under /v1/, any method)."""
-    return scope["path"].startswith(API_PREFIX) and any(
-        route.matches(scope)[0] != Match.NONE for route in scope["app"].router.routes)

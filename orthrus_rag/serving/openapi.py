@@ -56,20 +56,15 @@ def install_openapi(app: FastAPI) -> None:
                 operation.get("responses", {}).pop("422", None)
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
-        for path, types in STREAMED.items():
-            content = schema["paths"][path]["post"]["responses"]["200"]["content"]
-            content["text/event-stream"] = {"schema": _event(types, components)}
+        for path, types in STREAMED.items():  # an event's `data`: `[DONE]` or the JSON of one of `types`
+            one = TypeAdapter(Union[types]).json_schema(ref_template=REF, mode="serialization")
+            for name, definition in one.pop("$defs", {}).items():
+                components.setdefault(name, definition)
+            json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json", "contentSchema": one}
+            event = {"type": "object", "required": ["data"],
+                     "properties": {"data": {"oneOf": [{"const": "[DONE]"}, json_data]}}}
+            schema["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"] = {"schema": event}
         return schema
 
     app.openapi = openapi
 
-
-def _event(types: tuple[type, ...], components: dict[str, Any]) -> dict[str, Any]:
-    """One server-sent event: its `data` is `[DONE]` or the JSON of one of `types`, whose definitions join the
-    components."""
-    one = TypeAdapter(Union[types]).json_schema(ref_template=REF, mode="serialization")
-    for name, definition in one.pop("$defs", {}).items():
-        components.setdefault(name, definition)
-    json_data = {"not": {"const": "[DONE]"}, "contentMediaType": "application/json", "contentSchema": one}
-    return {"type": "object", "required": ["data"],
-            "properties": {"data": {"oneOf": [{"const": "[DONE]"}, json_data]}}}

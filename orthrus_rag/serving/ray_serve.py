@@ -1,13 +1,8 @@
-"""`orthrus-rag-serve server.replicas=N` (N > 1): the same API as a Ray Serve application (docs/serving.md#scaling-out).
-
-    HTTP -> Ray Serve proxy -> ingress (1 replica, no CPU reserved): the FastAPI app of `create_app`, whose engine
-                               is a ReplicaClient
-                            -> EngineReplica x N (server.num_cpus / server.num_gpus each): one AsyncEngine each,
-                               with its own /v1/rag index and pipelines (orthrus_rag/serving/replica.py)
-
-`/metrics`, `/health` and `/v1/engine/steps` come from a stats actor (StatsBoard): each replica pushes its counters
-and new engine steps to it every STATS_PERIOD_S and the ingress polls it.
-"""
+"""`orthrus-rag-serve server.replicas=N` (N > 1): the same API as a Ray Serve application (docs/serving.md#scaling-out):
+an ingress (OpenAIIngress, no CPU reserved: the FastAPI app of `create_app` over a ReplicaClient) in front of N
+EngineReplicas (one AsyncEngine each, with its own /v1/rag index and pipelines). Each replica pushes its counters and
+new engine steps to a stats actor (StatsBoard) every STATS_PERIOD_S; the ingress polls it for `/metrics`, `/health`
+and `/v1/engine/steps`."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +11,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -25,7 +21,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from orthrus_rag.cluster import summed_stats
+from orthrus_rag.cluster import index_lock, summed_stats
 from orthrus_rag.engine import EmbedOutput, GenerateOutput, PoolingParams, SamplingParams
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
@@ -33,9 +29,11 @@ from orthrus_rag.engine.step_log import StepRecord, newer_than
 from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.examples import Examples
-from orthrus_rag.serving.replica import EngineReplica, ReplicaInfo, ReplicaSpec
+from orthrus_rag.serving.rag_service import build_rag
 from orthrus_rag.serving.settings import ServerSettings
+from orthrus_rag.serving.state import RagFn
 from orthrus_rag.settings import UserError
+from orthrus_rag.stack import StackPlan
 
 APP_NAME = "orthrus-rag"
 NAMESPACE = "orthrus_rag"  # where the stats actor lives
@@ -172,15 +170,64 @@ class ReplicaClient:
 
 
 # ---- the deployments ------------------------------------------------------------------------------------------------
-class ServeEngineReplica(EngineReplica):
-    """An EngineReplica as a Ray Serve deployment: builds its RAG, then pushes its counters to the stats actor."""
+@dataclass
+class ReplicaSpec:
+    """What every replica builds: the planned engine and `/v1/rag` stack, and the pipeline a request that names
+    none gets (None: `/v1/rag` is off)."""
+
+    plan: StackPlan
+    rag: str | None
+
+
+@dataclass
+class ReplicaInfo:
+    """What the ingress needs to know of the engines behind it (every replica has the same)."""
+
+    tokenizer: Any  # the generator's tokenizer (its chat template renders chat prompts on the ingress)
+    embedding_dims: dict[str | None, int]  # embedding size by PoolingParams.model: None and "backbone"
+    context_length: int  # the generator's, in tokens
+
+
+class EngineReplica:
+    """One engine replica: an AsyncEngine and the `/v1/rag` pipelines over it, as the ingress calls them; it pushes
+    its counters to the stats actor. Each method is one engine call; when the ingress cancels a call (its client went
+    away), Ray Serve cancels the coroutine running here, and the engine aborts the request on that cancellation
+    (`AsyncEngine` aborts whatever its caller stops waiting for), freeing its KV blocks."""
 
     async def __init__(self, spec: ReplicaSpec, board: str):  # Ray Serve awaits an async constructor
-        EngineReplica.__init__(self, spec)
-        await self.start_rag()
+        self.engine = spec.plan.start_engine()
+        self._rag: RagFn | None = None
+        if spec.rag is not None:
+            with index_lock():  # the index is loaded, or built once per machine
+                self._rag = await build_rag(self.engine, spec.plan, spec.rag)
         self._board = ray.get_actor(board, namespace=NAMESPACE)
         self._name = ray.get_runtime_context().get_actor_name().rsplit("#", 1)[-1]
         self._pusher = asyncio.get_running_loop().create_task(self._push_stats())
+
+    def info(self) -> ReplicaInfo:
+        dims = {model: self.engine.embedding_dim(model) for model in (None, "backbone")}
+        return ReplicaInfo(self.engine.tokenizer, dims, self.engine.context_length)
+
+    async def generate(self, prompt: Prompt, params: SamplingParams) -> GenerateOutput:
+        return await self.engine.generate(prompt, params)
+
+    async def stream_outputs(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[StepOutput]:
+        async with contextlib.aclosing(self.engine.stream_outputs(prompt, params)) as outputs:
+            async for out in outputs:  # closed here when the ingress stops reading: the engine aborts the request
+                yield out
+
+    async def embed(self, input: Prompt, params: PoolingParams) -> EmbedOutput:
+        return await self.engine.embed(input, params)
+
+    async def rag(self, question: str, pipeline: str | None) -> Answer:
+        """Called by the ingress only when the spec serves RAG."""
+        return await self._rag(question, pipeline)
+
+    def check_health(self) -> None:
+        """Ray Serve's periodic probe: raising marks the replica unhealthy, and Ray Serve replaces it."""
+        reason = self.engine.health()
+        if reason is not None:
+            raise RuntimeError(f"the engine replica cannot serve: {reason}")
 
     async def _push_stats(self) -> None:
         pushed = 0  # the last step id sent
@@ -220,44 +267,35 @@ class OpenAIIngress:
         return app
 
 
-def logging_config(settings: ServerSettings) -> dict:
-    """server.log_level for Ray Serve's logs (uvicorn's `trace` as debug, the most Ray has); one line per request (its
-    access log) at info and debug, as uvicorn."""
-    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
-    return {"log_level": level, "enable_access_log": level in ("DEBUG", "INFO")}
-
-
-def application(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME,
-                examples: Examples | None = None):
-    """The bound Ray Serve application: the ingress over `settings.replicas` engine replicas, each with
-    `server.num_cpus` torch threads unless runtime.num_threads is set; `examples` travel to the ingress as loaded
-    here (None: the ingress loads them as `settings.ui` says)."""
-    spec = ReplicaSpec(spec.plan.sharing_cores(int(settings.num_cpus)), spec.rag)
-    options = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
-    engines = serve.deployment(ServeEngineReplica, name="EngineReplica", num_replicas=settings.replicas,
-                               ray_actor_options=options, max_ongoing_requests=REPLICA_MAX_ONGOING,
-                               logging_config=logging_config(settings),
-                               max_constructor_retry_count=CONSTRUCTOR_RETRIES,
-                               health_check_period_s=HEALTH_CHECK_PERIOD_S,
-                               graceful_shutdown_timeout_s=settings.timeout_graceful_shutdown or 0)
-    ingress = serve.deployment(serve.ingress()(OpenAIIngress), name="Ingress", ray_actor_options={"num_cpus": 0},
-                               max_ongoing_requests=INGRESS_MAX_ONGOING, logging_config=logging_config(settings))
-    return ingress.bind(engines.bind(spec, board_name(app_name)), spec, settings, board_name(app_name), examples)
-
-
 def deploy(spec: ReplicaSpec, settings: ServerSettings, app_name: str = APP_NAME,
            examples: Examples | None = None) -> None:
-    """Start Ray Serve's HTTP proxy on server.host:server.port and run the application (in a connected Ray)."""
+    """Start Ray Serve's HTTP proxy on server.host:server.port and run the application (in a connected Ray): the
+    ingress over `settings.replicas` engine replicas, each with `server.num_cpus` torch threads unless
+    runtime.num_threads is set; `examples` travel to the ingress as loaded here (None: the ingress loads them as
+    `settings.ui` says)."""
+    # server.log_level for Ray Serve's logs (uvicorn's `trace` as debug, the most Ray has); one line per request (its
+    # access log) at info and debug, as uvicorn
+    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
+    logs = {"log_level": level, "enable_access_log": level in ("DEBUG", "INFO")}
     StatsBoard.options(name=board_name(app_name), namespace=NAMESPACE, lifetime="detached",
                        get_if_exists=True).remote()
     try:
-        serve.start(http_options={"host": settings.host, "port": settings.port},
-                    logging_config=logging_config(settings))
+        serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=logs)
     except RuntimeError as error:  # Ray Serve's HTTP proxy did not start
         raise UserError(f"Ray Serve cannot listen on {settings.host}:{settings.port} ({translated(error)}); is "
                         "another server on server.port?") from error
+    spec = ReplicaSpec(spec.plan.sharing_cores(int(settings.num_cpus)), spec.rag)
+    options = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
+    engines = serve.deployment(EngineReplica, name="EngineReplica", num_replicas=settings.replicas,
+                               ray_actor_options=options, max_ongoing_requests=REPLICA_MAX_ONGOING,
+                               logging_config=logs, max_constructor_retry_count=CONSTRUCTOR_RETRIES,
+                               health_check_period_s=HEALTH_CHECK_PERIOD_S,
+                               graceful_shutdown_timeout_s=settings.timeout_graceful_shutdown or 0)
+    ingress = serve.deployment(serve.ingress()(OpenAIIngress), name="Ingress", ray_actor_options={"num_cpus": 0},
+                               max_ongoing_requests=INGRESS_MAX_ONGOING, logging_config=logs)
+    application = ingress.bind(engines.bind(spec, board_name(app_name)), spec, settings, board_name(app_name), examples)
     try:
-        serve.run(application(spec, settings, app_name, examples), name=app_name, route_prefix="/")
+        serve.run(application, name=app_name, route_prefix="/")
     except RuntimeError as error:  # a replica failed to start
         raise UserError(f"the engine replicas did not start: {_failure(app_name) or error}") from error
 
@@ -289,13 +327,12 @@ def serve_on_ray(spec: ReplicaSpec, settings: ServerSettings, examples: Examples
     connect(settings.ray_address)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        deploy(spec, settings, examples=examples)
-        print(f"serving {settings.replicas} engine replicas on Ray Serve at http://{settings.host}:{settings.port} "
-              "(Ctrl-C stops)", flush=True)
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):
+            deploy(spec, settings, examples=examples)
+            print(f"serving {settings.replicas} engine replicas on Ray Serve at http://{settings.host}:{settings.port}"
+                  " (Ctrl-C stops)", flush=True)
+            while True:
+                time.sleep(3600)
     finally:
         signal.signal(signal.SIGTERM, previous)
         undeploy()

@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_core import PydanticCustomError
 
 API_KEY_ENV = "ORTHRUS_RAG_API_KEY"
-LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's levels
 
 
 class EmbeddingSettings(BaseModel):
@@ -64,7 +63,7 @@ class ServerSettings(BaseModel):
     default_max_tokens: int = Field(256, ge=1)  # for a request without max_tokens (less if its prompt leaves less room)
     served_model_name: str | None = None  # None: derived from the generator's name or folder
     served_embedder_name: str | None = None  # None: derived from the embedder's name or folder
-    log_level: LogLevel = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"  # uvicorn's levels
     timeout_graceful_shutdown: float | None = 30.0  # seconds to let in-flight requests finish on shutdown
     request_timeout_s: float | None = Field(None, gt=0)  # a /v1 request's deadline (504 past it); None: none
     max_concurrent_per_key: int | None = Field(None, ge=1)  # /v1 requests in flight per API key (429 beyond)
@@ -87,6 +86,4 @@ class ServerSettings(BaseModel):
 
 def served_name(name_or_path: str | None) -> str | None:
     """The name clients use for a model: a shipped name as is, a local folder by its last component."""
-    if name_or_path is None:
-        return None
-    return Path(name_or_path).name if os.sep in name_or_path else name_or_path
+    return Path(name_or_path).name if name_or_path and os.sep in name_or_path else name_or_path

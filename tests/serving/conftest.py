@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ from orthrus_rag.engine import AsyncEngine, EngineConfig
 from orthrus_rag.rag import Answer, Passage
 from orthrus_rag.serving import ServerSettings, create_app
 from orthrus_rag.serving.errors import RagInputError
-from orthrus_rag.serving.server import DrainingServer, make_server
+from orthrus_rag.serving.lifecycle import DrainingServer, make_server
 from orthrus_rag.serving.state import ServerState
 
 API_KEY = "test-key"
@@ -48,7 +49,7 @@ def serving(engine: AsyncEngine, settings: ServerSettings | None = None, rag=Non
     try:
         yield Running(engine, server, f"http://127.0.0.1:{sock.getsockname()[1]}", app.state.server)
     finally:
-        server.begin_shutdown()
+        server.handle_exit(signal.SIGTERM, None)  # drains, as on SIGTERM
         thread.join(timeout=30)
         sock.close()
 

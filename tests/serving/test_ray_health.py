@@ -9,7 +9,7 @@ import pytest
 
 from orthrus_rag.engine import EngineConfig
 from orthrus_rag.rag.embedding import EmbeddingRecipe
-from orthrus_rag.serving.replica import ReplicaSpec
+from orthrus_rag.serving.ray_serve import ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
 from orthrus_rag.stack import StackPlan
 from tests.serving.test_ray_serve import free_port, replica_names, wait_until

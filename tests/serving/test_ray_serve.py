@@ -13,7 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from orthrus_rag.engine import EngineConfig
-from orthrus_rag.serving.replica import ReplicaSpec
+from orthrus_rag.serving.ray_serve import ReplicaSpec
 from orthrus_rag.serving.settings import ServerSettings
 from tests.serving.conftest import rag_plan
 

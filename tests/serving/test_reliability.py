@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import threading
 import time
@@ -152,7 +153,8 @@ def test_shutdown_finishes_in_flight_stream_then_stops_engine(serve_app, make_en
             reader = threading.Thread(target=read_stream, args=(f"{running.api}/completions",))
             reader.start()
             assert started.wait(20)
-            running.server.begin_shutdown()  # leaving the block waits for the server (and its lifespan) to end
+            # as on SIGTERM: leaving the block waits for the server (and its lifespan) to end
+            running.server.handle_exit(signal.SIGTERM, None)
         reader.join(30)
         assert chunks[-1] == "data: [DONE]"
         assert '"finish_reason":"length"' in next(c for c in reversed(chunks) if "finish_reason" in c
@@ -163,10 +165,8 @@ def test_shutdown_finishes_in_flight_stream_then_stops_engine(serve_app, make_en
 
 
 def test_first_signal_drains_without_forcing_exit(engine):
-    import signal
-
     from orthrus_rag.serving import create_app
-    from orthrus_rag.serving.server import make_server
+    from orthrus_rag.serving.lifecycle import make_server
 
     app = create_app(engine, owns_engine=False)
     server = make_server(app, ServerSettings())

@@ -1,7 +1,7 @@
 """A replica's health probe: Ray Serve calls check_health and replaces a replica that raises."""
 import pytest
 
-from orthrus_rag.serving.replica import EngineReplica
+from orthrus_rag.serving.ray_serve import EngineReplica
 
 
 class StubEngine:
@@ -10,6 +10,9 @@ class StubEngine:
 
     def health(self):
         return self.reason
+
+    def shutdown(self):  # called when the replica is collected
+        pass
 
 
 def replica(reason) -> EngineReplica:

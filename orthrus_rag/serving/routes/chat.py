@@ -10,7 +10,7 @@ from jinja2 import TemplateError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.rag.reasoner import apply_chat_template
 from orthrus_rag.serving.errors import bad_request
-from orthrus_rag.serving.generation import Call, max_tokens_for, new_call, open_stream, sampling_params, usage_of
+from orthrus_rag.serving.generation import Call, new_call, open_stream, sampling_params, usage_of
 from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
 from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -28,7 +28,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request, state: 
     call = new_call(state, "chatcmpl", req.model)
     prompt = render_chat(state.engine.tokenizer, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = sampling_params(req, await max_tokens_for(state, prompt, max_tokens))
+    params = await sampling_params(state, req, prompt, max_tokens)
     if req.stream:
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
     out = await state.engine.generate(prompt, params)

@@ -9,7 +9,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Request
 
-from orthrus_rag.rag import Answer, Pipeline
+from orthrus_rag.rag import Answer
 from orthrus_rag.serving.errors import APIError, bad_request
 from orthrus_rag.serving.examples import DEMO
 from orthrus_rag.serving.limits import SCOPE_KEY, shorten_deadline
@@ -50,25 +50,20 @@ def _answerer(state: ServerState, req: RagRequest) -> Callable[[], Awaitable[Ans
         return lambda: state.rag(req.question, req.pipeline)
     if not isinstance(state.rag, RagService):  # replicas or a stand-in: pipelines live elsewhere
         raise bad_request("this server cannot change k or max_steps per request", next(iter(overrides)))
-    pipeline = with_settings(state.rag.pipeline(req.pipeline), overrides)
-    return lambda: pipeline.answer(req.question)
-
-
-def with_settings(pipeline: Pipeline, overrides: dict[str, int]) -> Pipeline:
-    """A copy of `pipeline` with those of `overrides` it has as settings (others are ignored)."""
-    names = {f.name for f in dataclasses.fields(pipeline)}
+    pipeline = state.rag.pipeline(req.pipeline)
+    names = {f.name for f in dataclasses.fields(pipeline)}  # overrides it has no setting for are ignored
     try:
-        return dataclasses.replace(pipeline, **{k: v for k, v in overrides.items() if k in names})
+        pipeline = dataclasses.replace(pipeline, **{k: v for k, v in overrides.items() if k in names})
     except ValueError as err:
         raise bad_request(f"pipeline settings refused: {err}", next(iter(overrides))) from err
+    return lambda: pipeline.answer(req.question)
 
 
 @router.get("/v1/rag/pipelines", responses={**UNAUTHORIZED, **UNAVAILABLE})
 async def list_pipelines(state: ServerState = Depends(get_state)) -> PipelineList:
     built = state.rag.pipelines if isinstance(state.rag, RagService) else None
-    groups = pipeline_groups(state.settings.rag)
     cards = [PipelineCard(name=name, settings=built[name].settings() if built and name in built else group)
-             for name, group in groups.items()]
+             for name, group in pipeline_groups(state.settings.rag).items()]
     return PipelineList(default=state.settings.rag.pipeline, pipelines=cards)
 
 

@@ -27,10 +27,8 @@ async def engine_steps(since: int = Query(0, ge=0, description="only steps with 
                        state: ServerState = Depends(get_state)) -> EngineSteps:
     """Each engine's steps with an id above `since`, oldest first (ids count each engine's steps from 1). With
     Ray Serve replicas, one list per replica, as of the replicas' last report."""
-    if isinstance(state.engine, AsyncEngine):
-        by_engine = {"engine": state.engine.steps(since, limit)}
-    else:  # Ray Serve's replicas, as of their last report
-        by_engine = state.engine.replica_steps(since, limit)
+    by_engine = ({"engine": state.engine.steps(since, limit)} if isinstance(state.engine, AsyncEngine)
+                 else state.engine.replica_steps(since, limit))
     return EngineSteps(replicas=[ReplicaSteps(replica=name, steps=steps) for name, steps in sorted(by_engine.items())])
 
 
