@@ -9,7 +9,7 @@ import re
 import string
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,18 +17,14 @@ from orthrus_rag.settings import UserError, typed
 
 if TYPE_CHECKING:
     from eval.datasets import DatasetSpec
+    from orthrus_rag.rag.types import Passage
 
 YES_NO = ("yes", "no", "noanswer")
-CI_KEYS = ("em", "f1", "acc", "acc_substring", "recall", "all_gold")
 CI_LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-
-
-class Titled(Protocol):
-    title: str
 
 
 def normalize_answer(text: str) -> str:
@@ -88,7 +84,7 @@ def acc_substring(prediction: str, golds: Sequence[str]) -> float:
     return _best(lambda pred, ref: float(bool(ref) and ref in pred), prediction, golds)
 
 
-def passage_recall(gold_titles: Sequence[str], passages: Iterable[Titled]) -> float | None:
+def passage_recall(gold_titles: Sequence[str], passages: Iterable[Passage]) -> float | None:
     """Fraction of gold titles among the passages' titles; None when there are no gold titles."""
     gold = {t.strip() for t in gold_titles}
     if not gold:
@@ -97,7 +93,7 @@ def passage_recall(gold_titles: Sequence[str], passages: Iterable[Titled]) -> fl
     return len(gold & found) / len(gold)
 
 
-def all_gold(gold_titles: Sequence[str], passages: Iterable[Titled]) -> float | None:
+def all_gold(gold_titles: Sequence[str], passages: Iterable[Passage]) -> float | None:
     """1.0 when every gold title is among the passages' titles; None when there are no gold titles."""
     recall = passage_recall(gold_titles, passages)
     return None if recall is None else float(recall == 1.0)
@@ -114,7 +110,7 @@ class QuestionScores:
 
 
 def score_answer(prediction: str, golds: Sequence[str], gold_titles: Sequence[str],
-                 passages: Sequence[Titled]) -> QuestionScores:
+                 passages: Sequence[Passage]) -> QuestionScores:
     """All metrics for one question, each the best over `golds` (answer and aliases); `passages` are those given
     to the generator."""
     return QuestionScores(em=exact_match(prediction, golds), f1=f1(prediction, golds), acc=acc(prediction, golds),
@@ -144,7 +140,7 @@ def mean_of(values: Sequence[float | None]) -> float:
 # ---- uncertainty and breakdowns -----------------------------------------------------------------------------
 def bootstrap_ci(scores: Sequence[QuestionScores], *, resamples: int = BOOTSTRAP_RESAMPLES,
                  seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL) -> dict[str, list[float]]:
-    """Percentile bootstrap interval of each mean in CI_KEYS: `resamples` draws, with replacement, of as many
+    """Percentile bootstrap interval of each mean of `aggregate`: `resamples` draws, with replacement, of as many
     questions as the mean covers (recall and all_gold cover the questions with gold titles, as in `aggregate`),
     and the (1-level)/2 and (1+level)/2 quantiles (linear interpolation) of the resampled means. Each metric starts
     from the same seed, so metrics over the same questions use the same draws."""
@@ -153,7 +149,7 @@ def bootstrap_ci(scores: Sequence[QuestionScores], *, resamples: int = BOOTSTRAP
     if resamples < 1 or not 0 < level < 1:
         raise ValueError(f"need resamples >= 1 and 0 < level < 1, got {resamples} and {level}")
     rows = [asdict(s) for s in scores]
-    return {key: _interval([r[key] for r in rows if r[key] is not None], resamples, seed, level) for key in CI_KEYS}
+    return {key: _interval([r[key] for r in rows if r[key] is not None], resamples, seed, level) for key in rows[0]}
 
 
 def _interval(values: list[float], resamples: int, seed: int, level: float) -> list[float]:

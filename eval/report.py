@@ -15,39 +15,33 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from eval.bench.metrics import MODES  # noqa: E402
 from eval.bench.rag_metrics import TOKEN_KINDS, headline, ratios  # noqa: E402
-from eval.markdown import markdown_table  # noqa: E402
+from eval.markdown import cell, markdown_table  # noqa: E402
 
-MODE_ORDER = ("hetero", "isolated", "alternating", "hf")
 COLORS = {"hetero": "tab:blue", "isolated": "tab:orange", "alternating": "tab:green", "hf": "tab:red",
           "decode": "tab:blue", "prefill": "tab:purple", "embed": "tab:orange"}
 
 
 # ---- table ------------------------------------------------------------------------------------------------------
-def _f(x, digits: int = 2, suffix: str = "") -> str:
-    return "-" if x is None else f"{x:.{digits}f}{suffix}"
-
-
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def mode_row(r: dict) -> list[str]:
     gen, emb = r["calls"]["generate"], r["calls"]["embed"]
-    return [r["mode"], str(r["n"]), _f(r["qps"], 3), _f(r["p50_s"]), _f(r["p90_s"]), _f(r["p99_s"]),
-            _f(r["mean_s"]), _pct(r["goodput"]["fraction"]), _f(emb["p50_s"], 3), _f(gen["ttft_p50_s"], 3),
-            _f(gen["tpot_mean_s"], 3), _share_text(r.get("time_share", {})), _f(r["acc"], 3), _f(r["em"], 3),
-            _f(r["f1"], 3)]
+    return [r["mode"], str(r["n"]), cell(r["qps"], 3), cell(r["p50_s"]), cell(r["p90_s"]), cell(r["p99_s"]),
+            cell(r["mean_s"]), _pct(r["goodput"]["fraction"]), cell(emb["p50_s"], 3), cell(gen["ttft_p50_s"], 3),
+            cell(gen["tpot_mean_s"], 3), _share_text(r.get("time_share", {})), cell(r["acc"], 3), cell(r["em"], 3),
+            cell(r["f1"], 3)]
 
 
 def _share_text(share: dict) -> str:
-    if "generator" in share:  # an engine mode
-        return f"{_pct(share.get('generator'))}/{_pct(share.get('embedder'))}/{_pct(share.get('idle'))}"
-    if "generate" in share and isinstance(share["generate"], dict):  # isolated: busy share per process
+    """`time_share` (eval/bench/rag_metrics.py) as busy/busy/idle; empty for a run with no counters."""
+    if isinstance(share.get("generate"), dict):  # isolated: busy share per process
         return "gen {} / emb {}".format(_pct(1 - share["generate"]["idle"]), _pct(1 - share["embed"]["idle"]))
-    if "generate" in share:
-        return f"{_pct(share['generate'])}/{_pct(share['embed'])}/{_pct(share['idle'])}"
-    return "-"
+    kinds = ("generator", "embedder") if "generator" in share else ("generate", "embed")  # an engine mode; hf
+    return "/".join(_pct(share.get(kind)) for kind in (*kinds, "idle")) if share else "-"
 
 
 HEADER = ["mode", "n", "q/s", "p50 s", "p90 s", "p99 s", "mean s", "goodput", "embed p50 s", "TTFT p50 s",
@@ -72,13 +66,13 @@ def format_rag_table(bench: dict) -> str:
 def _ratios_text(r: dict) -> str:
     keys = [("p99_reduction_vs_isolated", "p99 reduction vs isolated", _pct),
             ("p99_reduction_vs_alternating", "vs alternating", _pct), ("p99_reduction_vs_hf", "vs hf", _pct),
-            ("qps_hetero/isolated", "q/s hetero/isolated", lambda x: _f(x, 2, "x")),
-            ("qps_hetero/hf", "q/s hetero/hf", lambda x: _f(x, 2, "x"))]
+            ("qps_hetero/isolated", "q/s hetero/isolated", lambda x: cell(x, 2, "x")),
+            ("qps_hetero/hf", "q/s hetero/hf", lambda x: cell(x, 2, "x"))]
     return "; ".join(f"{label} {fmt(r.get(key))}" for key, label, fmt in keys if r.get(key) is not None)
 
 
 def _ordered(modes: dict) -> list[str]:
-    return [m for m in MODE_ORDER if m in modes] + [m for m in modes if m not in MODE_ORDER]
+    return [m for m in MODES if m in modes] + [m for m in modes if m not in MODES]
 
 
 # ---- plots ------------------------------------------------------------------------------------------------------
@@ -164,23 +158,18 @@ def write_rag_reports(bench: dict, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def join_loads(entries: list[dict]) -> list[dict]:
-    """Entries of one load (say a run per mode) joined, their ratios redone; sorted by rate, closed loop first."""
+def merge_benches(benches: list[dict]) -> dict:
+    """One rag bench from several (a rate of a sweep, or a mode, each): entries of one load (say a run per mode)
+    joined, their ratios redone, sorted by rate, closed loop first; the headline redone."""
+    if not benches or any(b.get("workload") != "rag" for b in benches):
+        raise ValueError("give one or more bench.json files of workload rag")
     by_rate: dict = {}
-    for entry in entries:
-        kept = by_rate.get(entry["rate"])
-        if kept is not None:
+    for entry in (e for b in benches for e in b["sweep"]):
+        if (kept := by_rate.get(entry["rate"])) is not None:
             modes = {**kept["modes"], **entry["modes"]}
             entry = dict(kept, modes=modes, ratios=ratios(modes))
         by_rate[entry["rate"]] = entry
-    return sorted(by_rate.values(), key=lambda e: -1 if e["rate"] is None else e["rate"])
-
-
-def merge_benches(benches: list[dict]) -> dict:
-    """One rag bench from several (a rate of a sweep, or a mode, each): the sweeps joined, the headline redone."""
-    if not benches or any(b.get("workload") != "rag" for b in benches):
-        raise ValueError("give one or more bench.json files of workload rag")
-    sweep = join_loads([e for b in benches for e in b["sweep"]])
+    sweep = sorted(by_rate.values(), key=lambda e: -1 if e["rate"] is None else e["rate"])
     return dict(benches[0], sweep=sweep, **headline(sweep))
 
 

@@ -1,9 +1,6 @@
 """Gold-passage recall of one-step retrieval (the question as the query) for each retrieval mode, rows merged into
-one JSON file across runs (docs/experiments.md: Hybrid retrieval; config: conf/retrieval_recall.yaml).
-
-    python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200
-    python -m eval.retrieval_recall dataset=2wiki dataset.split=test dataset.limit=200 embedder=backbone \
-        'modes=[dense]' distractors=250
+one JSON file across runs (docs/experiments.md: Hybrid retrieval, with the command; config:
+conf/retrieval_recall.yaml; `distractors` in use: docs/embedding-adapter.md).
 
 `distractors=N` searches a smaller corpus instead of the whole one: the questions' gold passages and N others drawn
 at random (seed 0), written beside `out`. It is cheaper where embedding the whole corpus takes too long; recall on it
@@ -15,7 +12,6 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,19 +30,6 @@ from orthrus_rag.stack import StackPlan
 APP = "retrieval_recall"
 
 
-@dataclass
-class Row:
-    """One retrieval mode's scores: recall at each k, all gold found at the largest k, and its wall time."""
-
-    label: str
-    mode: str
-    embedder: str | None
-    recall: dict[str, float]
-    all_gold: float
-    n: int
-    seconds: float
-
-
 async def score_mode(retriever, questions: list, ks: list[int]) -> tuple[dict, float]:
     """Recall at each k and all-gold at the largest, retrieving max(ks) passages once per question."""
     found = await asyncio.gather(*(retriever.retrieve(q.question, max(ks)) for q in questions))
@@ -54,7 +37,8 @@ async def score_mode(retriever, questions: list, ks: list[int]) -> tuple[dict, f
     return recall, mean_of([all_gold(q.gold_titles, p) for q, p in zip(questions, found)])
 
 
-async def score_all(cfg: DictConfig, plan: StackPlan, engine, questions: list) -> list[Row]:
+async def score_all(cfg: DictConfig, plan: StackPlan, engine, questions: list) -> list[dict[str, Any]]:
+    """A row per retrieval mode: recall at each k, all gold found at the largest k, and its wall time."""
     cut = plan.embedding.passage_max_tokens
     name = plan.index.embedder_name + (f", passages cut at {cut} tokens" if cut else "")
     loaded, fusion = (await plan.build(engine)).indexes, plan.index.retrieval
@@ -66,8 +50,9 @@ async def score_all(cfg: DictConfig, plan: StackPlan, engine, questions: list) -
         settings = RetrievalSettings(mode, fusion.rrf_k, fusion.candidates)
         retriever = make_retriever(engine, SearchIndexes(loaded.dense, loaded.bm25, settings), plan.embedding)
         recall, gold = await score_mode(retriever, questions, list(cfg.ks))
-        rows.append(Row(labels[mode], mode, None if mode == "bm25" else name, recall, gold, len(questions),
-                        round(time.perf_counter() - start, 2)))
+        rows.append({"label": labels[mode], "mode": mode, "embedder": None if mode == "bm25" else name,
+                     "recall": recall, "all_gold": gold, "n": len(questions),
+                     "seconds": round(time.perf_counter() - start, 2)})
     return rows
 
 
@@ -111,13 +96,13 @@ def run_recall(cfg: DictConfig) -> dict[str, Any]:
     return write_results(out, facts, rows)
 
 
-def write_results(path: Path, facts: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
+def write_results(path: Path, facts: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge `rows` into the JSON at `path` (rows of another dataset or split are dropped) and print the table."""
     results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     if {k: results.get(k) for k in facts} != facts:
         results = {}
     results.update(facts, environment=environment())
-    results.setdefault("rows", {}).update({row.label: asdict(row) for row in rows})
+    results.setdefault("rows", {}).update({row["label"]: row for row in rows})
     path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(recall_table(results))
     print(f"\nwritten to {path}")

@@ -62,17 +62,17 @@ def package_version(name: str) -> str | None:
 
 def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
     """`git_commit` (full hash) and `git_dirty` (uncommitted changes to tracked files); None outside a checkout."""
-    commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    git = ["git", "-C", str(root)]
+    commit = command_output([*git, "rev-parse", "HEAD"])
+    status = command_output([*git, "status", "--porcelain", "--untracked-files=no"]) if commit else None
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+def command_output(args: list[str], timeout_s: float = 10) -> str | None:
+    """A command's stdout, stripped; None when it cannot start, times out or exits non-zero."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=True).stdout.strip()
+    return None
 
 
 # ---- data -------------------------------------------------------------------------------------------------------

@@ -1,18 +1,15 @@
-"""The four ways of serving the same embed and generate requests that the benchmark compares.
+"""The four ways of serving the same embed and generate requests that the benchmark compares (modes, cores and why
+`isolated` runs the engine in both processes: eval/bench/README.md).
 
-Each backend is an `EngineLike` (orthrus_rag/engine/protocol.py: `await embed(text, params=None) -> EmbedOutput`,
-`await generate(text, params=None) -> GenerateOutput`, `tokenizer` (the generator's), `stats()` (counters now)), so
-it can stand in for an `AsyncEngine` under `DenseRetriever` and `EngineReasoner`; it also offers
-`await settled_stats()` (counters once idle) and `close()`. Without params, the backend's own (the benchmark's)
-sampling and pooling settings apply.
-
-Modes, cores and why `isolated` runs the engine in both processes: eval/bench/README.md. `EngineBackend` serves modes
-`hetero` and `alternating`, `IsolatedBackend` mode `isolated`, `HFBackend` mode `hf`.
+Each backend is an `EngineLike` (orthrus_rag/engine/protocol.py), so it can stand in for an `AsyncEngine` under
+`DenseRetriever` and `EngineReasoner`; it also offers `await settled_stats()` (counters once idle) and `close()`.
+Without params, the backend's own (the benchmark's) sampling and pooling settings apply.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import multiprocessing as mp
@@ -32,36 +29,31 @@ from orthrus_rag.models import load_embedder, load_generator, resolve_model_path
 from orthrus_rag.training.pooled import backbone
 
 
-class EngineBackend:
+class EngineBackend(AsyncEngine):
+    """Modes `hetero` and `alternating`: the AsyncEngine itself, its params defaulting to the benchmark's."""
+
     def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
-        self.engine = AsyncEngine(config)
+        super().__init__(config)
         self.sampling, self.pooling = sampling, pooling
 
-    @property
-    def tokenizer(self):
-        return self.engine.tokenizer
-
     async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
-        return await self.engine.embed(text, replace(params or self.pooling))
+        return await super().embed(text, replace(params or self.pooling))
 
     async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
-        return await self.engine.generate(text, replace(params or self.sampling))
-
-    def stats(self) -> dict:
-        return self.engine.stats()
+        return await super().generate(text, replace(params or self.sampling))
 
     async def settled_stats(self) -> dict:
-        """Counters once the engine is idle: `AsyncEngine.stats()` is refreshed after a step's results are
-        delivered, so right after the last answer it can still miss that step."""
+        """Counters once the engine is idle: `stats()` is refreshed after a step's results are delivered, so right
+        after the last answer it can still miss that step."""
         for _ in range(500):
-            stats = self.engine.stats()
+            stats = self.stats()
             if not stats["running"] and not any(stats["waiting"].values()):
                 break
             await asyncio.sleep(0.01)
         return stats
 
     def close(self) -> None:
-        self.engine.shutdown()
+        self.shutdown()
 
 
 # ---- isolated: one process per kind --------------------------------------------------------------------------
@@ -72,11 +64,9 @@ def _serve_one_kind(config: EngineConfig, default_params, inbox, outbox) -> None
     outbox.put(("ready", None))
     while True:
         messages = [] if engine.has_unfinished() else [inbox.get()]
-        try:
+        with contextlib.suppress(queue.Empty):
             while True:
                 messages.append(inbox.get_nowait())
-        except queue.Empty:
-            pass
         for message in messages:
             if message is None:
                 return
@@ -222,7 +212,13 @@ class HFBackend:
         self.eos_ids = {*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id} - {None}
         on_backbone = pooling.model == "backbone" or not config.embedder
         self.encoder = None if on_backbone else load_embedder(config.embedder, config.dtype, config.device)
-        self.embed_model = _with_adapter(config) if on_backbone and config.embedding_adapter else self.model
+        self.embed_model = self.model
+        if on_backbone and config.embedding_adapter:
+            from peft import PeftModel
+
+            # the engine applies the adapter to embedding rows only: here a second copy of the generator carries it
+            copy, _ = load_generator(config.generator, config.dtype, config.device)
+            self.embed_model = PeftModel.from_pretrained(copy, config.embedding_adapter).eval()
         self.sampling, self.pooling = sampling, pooling
         self.waiting: dict[str, list[_Call]] = {"embed": [], "generate": []}
         self.wake = threading.Condition()
@@ -332,15 +328,6 @@ class HFBackend:
             self.stopping = True
             self.wake.notify()
         self.thread.join()
-
-
-def _with_adapter(config: EngineConfig):
-    """A second copy of the generator with the embedding adapter on (the engine applies it to embedding rows only;
-    here generation keeps the plain copy)."""
-    from peft import PeftModel
-
-    model, _ = load_generator(config.generator, config.dtype, config.device)
-    return PeftModel.from_pretrained(model, config.embedding_adapter).eval()
 
 
 def _groups(batch: list[_Call], kind: str) -> list[list[_Call]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from eval.bench.metrics import MODES
 from orthrus_rag.launch import UserError, launch
 from orthrus_rag.settings import check_settings, plain, typed, user_errors
 from orthrus_rag.stack import StackPlan
@@ -21,8 +22,6 @@ APP = "orthrus-rag-bench"
 
 
 def check_modes(cfg: DictConfig) -> None:
-    from eval.bench.runner import MODES
-
     if unknown := [m for m in cfg.modes if m not in MODES]:
         raise UserError(f"unknown modes {unknown}; choose from {list(MODES)}")
 

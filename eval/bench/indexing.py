@@ -10,6 +10,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
+from eval.markdown import markdown_table
 from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.settings import UserError, plain, typed
@@ -69,15 +70,13 @@ def summarise(rounds: list[dict]) -> dict:
 
 
 def format_indexing_table(bench: dict) -> str:
-    rows = ["| round | index tok/s | prefill tok/s | index/prefill | index steps | prefill steps |",
-            "|---|---|---|---|---|---|"]
-    for i, r in enumerate(bench["rounds"], 1):
-        rows.append(f"| {i} | {r['index']['tok_s']:,.0f} | {r['prefill']['tok_s']:,.0f} | "
-                    f"{r['index']['tok_s'] / r['prefill']['tok_s']:.2f} | {r['index']['steps']} | "
-                    f"{r['prefill']['steps']} |")
+    header = ["round", "index tok/s", "prefill tok/s", "index/prefill", "index steps", "prefill steps"]
+    rows = [[i, f"{r['index']['tok_s']:,.0f}", f"{r['prefill']['tok_s']:,.0f}",
+             f"{r['index']['tok_s'] / r['prefill']['tok_s']:.2f}", r["index"]["steps"], r["prefill"]["steps"]]
+            for i, r in enumerate(bench["rounds"], 1)]
     m = bench["median"]
-    rows.append(f"| median | {m['index_tok_s']:,.0f} | {m['prefill_tok_s']:,.0f} | {m['index/prefill']:.2f} | | |")
-    return "\n".join(rows)
+    return (markdown_table(header, rows)
+            + f"\n| median | {m['index_tok_s']:,.0f} | {m['prefill_tok_s']:,.0f} | {m['index/prefill']:.2f} | | |")
 
 
 def indexing_bench(cfg) -> dict:

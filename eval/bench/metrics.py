@@ -2,33 +2,24 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 KINDS = ("embed", "generate")
 BASELINES = ("isolated", "alternating", "hf")
+MODES = ("hetero", *BASELINES)  # the serving modes compared (eval/bench/README.md)
 
 
 @dataclass
-class Record:
-    """One finished request as the client saw it (perf_counter seconds)."""
+class Call:
+    """One finished request as the client saw it (perf_counter seconds); for a generation in the rag workload, where
+    measured, its time to first token (from the call) and per output token after the first."""
 
-    kind: str
+    kind: str  # embed | generate
     sent: float
     done: float
-
-
-@dataclass
-class ModeResult:
-    mode: str
-    requests: int
-    wall_s: float
-    rps: float
-    embed_rps: float
-    gen_rps: float
-    p50_s: dict[str, float | None]
-    p99_s: dict[str, float | None]
-    mean_s: dict[str, float | None]
-    engine: dict = field(default_factory=dict)  # engine counters over the timed run (per process for isolated)
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    completion_tokens: int = 0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -46,20 +37,21 @@ def latency_stats(values: list[float]) -> dict[str, float | None]:
             "mean_s": sum(values) / len(values) if values else None}
 
 
-def summarize(mode: str, records: list[Record], wall_s: float, engine: dict | None = None) -> ModeResult:
+def summarize(mode: str, records: list[Call], wall_s: float, engine: dict | None = None) -> dict:
+    """A mode's bench.json entry: requests per second, and client-side latency by kind (eval/bench/README.md)."""
     by_kind = {k: [r.done - r.sent for r in records if r.kind == k] for k in KINDS}
-    return ModeResult(
-        mode=mode, requests=len(records), wall_s=wall_s,
-        rps=len(records) / wall_s, embed_rps=len(by_kind["embed"]) / wall_s,
-        gen_rps=len(by_kind["generate"]) / wall_s,
-        p50_s={k: percentile(v, 50) for k, v in by_kind.items()},
-        p99_s={k: percentile(v, 99) for k, v in by_kind.items()},
-        mean_s={k: (sum(v) / len(v) if v else None) for k, v in by_kind.items()}, engine=engine or {})
+    stats = {k: latency_stats(v) for k, v in by_kind.items()}
+    return {"mode": mode, "requests": len(records), "wall_s": wall_s, "rps": len(records) / wall_s,
+            "embed_rps": len(by_kind["embed"]) / wall_s, "gen_rps": len(by_kind["generate"]) / wall_s,
+            **{key: {k: s[key] for k, s in stats.items()} for key in ("p50_s", "p99_s", "mean_s")},
+            "engine": engine or {}}
 
 
-def ratios(modes: dict[str, ModeResult]) -> dict[str, float | None]:
-    hetero = modes.get("hetero")
-    return {f"hetero/{b}": (hetero.rps / modes[b].rps if hetero and b in modes and modes[b].rps else None)
+def ratios(modes: dict[str, dict]) -> dict[str, float | None]:
+    """hetero's requests/s over each baseline's, from bench.json's `modes` (the GPU check rounds them); None where
+    either mode did not run or a rate is 0 (a run of one request or more never has rate 0)."""
+    hetero = modes.get("hetero", {}).get("rps")
+    return {f"hetero/{b}": hetero / modes[b]["rps"] if hetero and modes.get(b, {}).get("rps") else None
             for b in BASELINES}
 
 

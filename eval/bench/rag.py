@@ -12,8 +12,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.bench.runner import engine_delta, machine_info, mode_threads, on_fresh_backend, ran_dtype
+from eval.bench.metrics import Call
 from eval.bench.rag_metrics import RunData, headline, ratios, summarize_run
+from eval.bench.runner import engine_delta, machine_info, mode_threads, on_fresh_backend, ran_dtype
 from eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
 from orthrus_rag.stack import StackPlan
@@ -47,16 +48,6 @@ class RagSetup:
 
 
 # ---- stand-in engine that logs every call -----------------------------------------------------------------------
-@dataclass
-class Call:
-    kind: str  # embed | generate
-    sent: float
-    done: float
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    completion_tokens: int = 0
-
-
 class LoggedBackend:
     """A backend in the engine's place for DenseRetriever/EngineReasoner, logging each call's timing."""
 
@@ -79,7 +70,6 @@ class LoggedBackend:
         out = await self.backend.generate(prompt, params)
         done, first = time.perf_counter(), getattr(out.timings, "first_token", None)
         n = out.usage.completion_tokens
-        # time to first token (from the call) and time per output token after the first, where measured
         self.calls.append(Call("generate", sent, done, first - sent if first is not None else None,
                                (done - first) / (n - 1) if first is not None and n > 1 else None, n))
         return out
@@ -158,7 +148,7 @@ async def run_load(mode: str, backend: Any, setup: RagSetup, index: Any, load: L
         answers = await pipeline.run(texts, concurrency=load.concurrency(), arrivals=load.arrivals(len(texts)))
         wall = time.perf_counter() - start
     engine = engine_delta(await backend.settled_stats(), before)
-    return RunData(mode, load, answers, wall, logged.take(), samples, engine, start)
+    return RunData(mode, load, answers, wall, logged.take(), samples, engine)
 
 
 def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eval.bench.metrics import BASELINES, latency_stats, percentile
+from eval.bench.metrics import BASELINES, Call, latency_stats, percentile
 from eval.load import Load
 from eval.metrics import aggregate, score_answers
 
@@ -20,10 +20,9 @@ class RunData:
     load: Load
     answers: list  # list[Answer], in question order
     wall_s: float
-    calls: list  # list[eval.bench.rag.Call]
+    calls: list[Call]
     samples: list[tuple[float, dict]]  # (seconds since start, counters)
     engine: dict  # counters over the run (per process for isolated)
-    start: float = 0.0  # perf_counter at the start of the run
 
 
 def goodput(latencies: list[float], wall_s: float, slo_s: float) -> dict[str, float]:

@@ -16,13 +16,12 @@ import torch
 from tqdm import tqdm
 
 from eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
-from eval.bench.metrics import Record, counter_delta, ratios, summarize
+from eval.bench.metrics import MODES, Call, counter_delta, ratios, summarize
 from eval.bench.workload import Request, make_requests
+from eval.markdown import cell
 from eval.run_info import cpu_model
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
 from orthrus_rag.models import resolve_dtype, usable_cores
-
-MODES = ("hetero", "isolated", "alternating", "hf")
 
 
 @dataclass
@@ -68,16 +67,16 @@ def on_fresh_backend(mode: str, config: EngineConfig, sampling: SamplingParams, 
         gc.collect()
 
 
-async def closed_loop(backend, requests: list[Request], clients: int, desc: str) -> tuple[list[Record], float]:
+async def closed_loop(backend, requests: list[Request], clients: int, desc: str) -> tuple[list[Call], float]:
     pending = iter(requests)
-    records: list[Record] = []
+    records: list[Call] = []
     bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False)
 
     async def client() -> None:
         for request in pending:  # a shared iterator: each free client takes the next request
             sent = time.perf_counter()
             await (backend.embed(request.text) if request.kind == "embed" else backend.generate(request.text))
-            records.append(Record(request.kind, sent, time.perf_counter()))
+            records.append(Call(request.kind, sent, time.perf_counter()))
             bar.update()
 
     start = time.perf_counter()
@@ -89,7 +88,7 @@ async def closed_loop(backend, requests: list[Request], clients: int, desc: str)
 
 @dataclass
 class PhaseRun:
-    records: list[Record]
+    records: list[Call]
     wall_s: float
     engine: dict  # engine counters over this phase
 
@@ -141,14 +140,12 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
         for phase in workload.phases:
             results = {m: summarize(m, runs[phase.name].records, runs[phase.name].wall_s, runs[phase.name].engine)
                        for m, runs in per_mode.items()}
-            bench["phases"][phase.name] = {"embed_share": phase.embed_share,
-                                           "modes": {m: asdict(r) for m, r in results.items()},
+            bench["phases"][phase.name] = {"embed_share": phase.embed_share, "modes": results,
                                            "ratios": ratios(results)}
     config_facts = {"modes": modes, "workload": asdict(workload), "engine": asdict(config), "dtype": ran_dtype(config),
                     "pooling": asdict(pooling), "sampling": asdict(sampling),
                     "threads": {m: mode_threads(config, m) for m in modes}}
-    return {**bench, "modes": {mode: asdict(result) for mode, result in overall.items()}, "ratios": ratios(overall),
-            "config": config_facts, "machine": machine_info()}
+    return {**bench, "modes": overall, "ratios": ratios(overall), "config": config_facts, "machine": machine_info()}
 
 
 def ran_dtype(config: EngineConfig) -> str:
@@ -170,13 +167,8 @@ def format_table(bench: dict) -> str:
         lines += [f"== {bench['workload']}: {title}", f"{'mode':<12}{'rps':>7}{'embed/s':>9}{'gen/s':>8}{'p50 emb':>9}"
                   f"{'p99 emb':>9}{'p50 gen':>9}{'p99 gen':>9}{'n':>6}{'wall s':>8}"]
         for mode, r in section["modes"].items():
-            lines.append(f"{mode:<12}{r['rps']:>7.2f}{r['embed_rps']:>9.2f}{r['gen_rps']:>8.2f}"
-                         f"{_s(r['p50_s']['embed'])}{_s(r['p99_s']['embed'])}"
-                         f"{_s(r['p50_s']['generate'])}{_s(r['p99_s']['generate'])}"
+            latency = "".join(f"{cell(r[q][kind], 3):>9}" for kind in ("embed", "generate") for q in ("p50_s", "p99_s"))
+            lines.append(f"{mode:<12}{r['rps']:>7.2f}{r['embed_rps']:>9.2f}{r['gen_rps']:>8.2f}{latency}"
                          f"{r['requests']:>6}{r['wall_s']:>8.1f}")
         lines.append("  ".join(f"{k} {v:.2f}x" for k, v in section["ratios"].items() if v is not None))
     return "\n".join(lines)
-
-
-def _s(x: float | None) -> str:
-    return f"{x:>9.3f}" if x is not None else f"{'-':>9}"

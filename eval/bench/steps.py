@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from eval.markdown import markdown_table
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams, attention
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.block_manager import BlockManager
@@ -250,16 +251,13 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
 
 
 def format_steps_table(bench: dict) -> str:
-    rows = ["| shape | threads | tokens | engine ms | hf ms | hf cached ms | floor ms | engine/hf | "
-            "engine/hf cached | attention share | engine tok/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, by_threads in bench["steps"].items():
-        tokens = bench["tokens"][name]
-        for threads, r in by_threads.items():
-            rows.append(f"| {name} | {threads} | {tokens} | {r['engine_ms']:.1f} | {r['hf_ms']:.1f} | "
-                        f"{r['hf_cached_ms']:.1f} | {r['floor_ms']:.1f} | {r['engine_ms'] / r['hf_ms']:.2f} | "
-                        f"{r['engine_ms'] / r['hf_cached_ms']:.2f} | {r['attention_share']:.0%} | "
-                        f"{tokens / r['engine_ms'] * 1e3:,.0f} |")
-    return "\n".join(rows)
+    header = ("shape|threads|tokens|engine ms|hf ms|hf cached ms|floor ms|engine/hf|engine/hf cached|attention share|"
+              "engine tok/s").split("|")
+    return markdown_table(header, [
+        [name, threads, bench["tokens"][name], f"{r['engine_ms']:.1f}", f"{r['hf_ms']:.1f}", f"{r['hf_cached_ms']:.1f}",
+         f"{r['floor_ms']:.1f}", f"{r['engine_ms'] / r['hf_ms']:.2f}", f"{r['engine_ms'] / r['hf_cached_ms']:.2f}",
+         f"{r['attention_share']:.0%}", f"{bench['tokens'][name] / r['engine_ms'] * 1e3:,.0f}"]
+        for name, by_threads in bench["steps"].items() for threads, r in by_threads.items()])
 
 
 def steps_bench(cfg) -> dict:

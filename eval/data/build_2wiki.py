@@ -1,11 +1,7 @@
 """Build the `questions.jsonl` / `corpus.jsonl` pair from the official 2WikiMultihopQA `dev.json`.
 
-    python -m eval.data.build_2wiki --dev dev.json --out data/2wiki
-    python -m eval.data.build_2wiki --dev dev.json --ids ../shared/data/2wiki/questions.jsonl --out data/2wiki
-    python -m eval.data.build_2wiki --dev dev.json --aliases id_aliases.json --limit 1000 --out data/2wiki
-
-What the two files hold: docs/experiments.md (Data); each question line's fields are those of `question_row`, each
-corpus line is `{id, title, text}`.
+Its options and what the two files hold: docs/experiments.md (Data); each question line's fields are those of
+`question_row`, each corpus line is `{id, title, text}`.
 """
 from __future__ import annotations
 

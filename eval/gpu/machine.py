@@ -2,15 +2,13 @@
 measured copy bandwidth (the ceiling a decode step's weight reads are compared with)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
-import subprocess
 import time
 
 import torch
 
-from eval.run_info import cpu_model, git_state, package_version
+from eval.run_info import command_output, cpu_model, git_state, package_version
 from indexes.placement import faiss_has_gpu
 
 PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-core", "faiss-cpu", "faiss-gpu",
@@ -25,7 +23,8 @@ def machine_info() -> dict:
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
                     multiprocessors=props.multi_processor_count, cuda_version=torch.version.cuda,
-                    driver=_nvidia_smi("driver_version"), copy_gb_s=copy_bandwidth_gb_s())
+                    driver=command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], 20),
+                    copy_gb_s=copy_bandwidth_gb_s())
     return info
 
 
@@ -42,10 +41,3 @@ def copy_bandwidth_gb_s(num_bytes: int = 2**30, repeats: int = 10) -> float:
         times.append(time.perf_counter() - start)
     median = sorted(times[2:])[repeats // 2]
     return round(2 * num_bytes / median / 1e9, 1)
-
-
-def _nvidia_smi(field: str) -> str | None:
-    command = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"]
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        return subprocess.run(command, capture_output=True, text=True, timeout=20, check=True).stdout.strip()
-    return None

@@ -1,19 +1,65 @@
-"""The parts of the GPU check. Each runs child processes under its time box and returns its section of
-gpu_check.json; a part that fails or runs out of time says so in its `status` and the check goes on."""
+"""The parts of the GPU check. Each runs child processes under its time box, their output logged to a file, and
+returns its section of gpu_check.json; a part that fails or runs out of time says so in its `status` and the check
+goes on."""
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
+from eval.bench.metrics import ratios
 from eval.gpu.plan import BenchPart
-from eval.gpu.runs import run_command
 
 MIN_START_S = 10  # a part with less time left than this is skipped
+
+
+@dataclass
+class CommandResult:
+    returncode: int | None  # None: killed at the time box
+    seconds: float
+    log: Path
+
+    @property
+    def status(self) -> str:
+        if self.returncode is None:
+            return f"timed out after {self.seconds:.0f} s"
+        return "ok" if self.returncode == 0 else f"failed (exit {self.returncode})"
+
+    def section(self, **fields) -> dict:
+        """A part's gpu_check.json section: the status, `fields`, and the log's tail unless the command succeeded."""
+        return {"status": self.status, **fields, **({"tail": self.tail()} if self.returncode != 0 else {})}
+
+    def tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+def run_command(args: list[str], timeout_s: float, log: Path, env: dict[str, str] | None = None) -> CommandResult:
+    """`args` in its own process group (so the processes it spawns go with it when the box runs out)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("w") as out:
+        out.write("$ " + " ".join(args) + "\n")
+        out.flush()
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        try:
+            code: int | None = proc.wait(timeout=max(1.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    return CommandResult(code, round(time.perf_counter() - start, 1), log)
 
 
 def tests_part(paths: tuple[str, ...], device: str, box_s: float, folder: Path) -> dict:
@@ -35,9 +81,12 @@ def junit_counts(junit: Path) -> dict:
     suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
     counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    counts["failed_tests"] = [f"{case.get('classname')}::{case.get('name')}: {_first_line(case)}"
-                              for case in suite.iter("testcase") if case.find("failure") is not None
-                              or case.find("error") is not None]
+    counts["failed_tests"] = []
+    for case in suite.iter("testcase"):
+        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if problem is not None:
+            first = next(iter((problem.get("message") or "").splitlines()), "")[:300]
+            counts["failed_tests"].append(f"{case.get('classname')}::{case.get('name')}: {first}")
     return counts
 
 
@@ -47,11 +96,6 @@ def progress_counts(log: Path) -> dict:
     marks = "".join(m.group(1) for m in re.finditer(r"^([.FEsx]+)\s*(?:\[\s*\d+%\])?$", text, re.MULTILINE))
     return {"passed": marks.count("."), "failures": marks.count("F"), "errors": marks.count("E"),
             "skipped": marks.count("s"), "incomplete": True}
-
-
-def _first_line(case) -> str:
-    problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-    return (problem.get("message") or "").splitlines()[0][:300] if problem.get("message") else ""
 
 
 def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
@@ -110,9 +154,7 @@ def mixed_part(part: BenchPart, time_left, folder: Path) -> dict:
 
 
 def rps_ratios(modes: dict) -> dict:
-    hetero = modes.get("hetero", {}).get("rps")
-    return {f"hetero/{m}": round(hetero / modes[m]["rps"], 3) if hetero and modes.get(m, {}).get("rps") else None
-            for m in ("isolated", "alternating", "hf")}
+    return {key: None if ratio is None else round(ratio, 3) for key, ratio in ratios(modes).items()}
 
 
 RAG_KEYS = ("qps", "p50_s", "p90_s", "p99_s", "mean_s", "n", "wall_s", "goodput", "calls", "time_share")

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
+from eval.bench.metrics import MODES
 from orthrus_rag.launch import CONF_DIR
-
-MODES = ("hetero", "isolated", "alternating", "hf")
 
 
 @dataclass(frozen=True)

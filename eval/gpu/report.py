@@ -1,7 +1,7 @@
 """gpu_check.md: the sections of gpu_check.json as short tables, with the issue's GPU targets next to them."""
 from __future__ import annotations
 
-from eval.markdown import markdown_table
+from eval.markdown import cell, markdown_table
 
 
 def render(check: dict) -> str:
@@ -38,7 +38,7 @@ def _steps(s: dict) -> list[str]:
     lines = ["## Step micro-benchmark", f"- status: {s.get('status')}"]
     if s.get("steps"):
         rows = [[shape, threads, s.get("tokens", {}).get(shape), r.get("engine_ms"), r.get("hf_ms"), r.get("floor_ms"),
-                 _x(r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None)]
+                 cell(r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None, 2, "x")]
                 for shape, by_threads in s["steps"].items() for threads, r in by_threads.items()]
         lines += ["", markdown_table("shape|threads|tokens|engine ms|hf ms|floor ms|engine/floor".split("|"), rows),
                   "\nTarget: decode64 engine step within 1.5x of the weight-read floor."]
@@ -59,11 +59,12 @@ def _mixed(name: str, m: dict) -> list[str]:
 def _mode_table(modes: dict, ratios: dict, title: str) -> list[str]:
     if not modes:
         return []
-    rows = [[mode, *(_n(r.get(key)) for key in ("rps", "embed_rps", "gen_rps")),
-             *(_n((r.get(q) or {}).get(kind)) for kind in ("embed", "generate") for q in ("p50_s", "p99_s"))]
+    rows = [[mode, *(cell(r.get(key), 3) for key in ("rps", "embed_rps", "gen_rps")),
+             *(cell((r.get(q) or {}).get(kind), 3) for kind in ("embed", "generate") for q in ("p50_s", "p99_s"))]
             for mode, r in modes.items()]
     header = "mode|req/s|embed/s|gen/s|p50 embed s|p99 embed s|p50 gen s|p99 gen s".split("|")
-    return ["", title, markdown_table(header, rows), "", "  ".join(f"{k} {_x(v)}" for k, v in ratios.items()), ""]
+    ratio_text = "  ".join(f"{k} {cell(v, 2, 'x')}" for k, v in ratios.items())
+    return ["", title, markdown_table(header, rows), "", ratio_text, ""]
 
 
 def _rag(r: dict) -> list[str]:
@@ -71,7 +72,7 @@ def _rag(r: dict) -> list[str]:
              "- dummy weights: latency only, the answers are meaningless (accuracy is not measured)"]
     lines += [f"- {mode}: {why}" for mode, why in r.get("problems", {}).items()]
     for rate, load in r.get("by_rate", {}).items():
-        rows = [[mode, *(_n(m.get(key)) for key in ("qps", "p50_s", "p90_s", "p99_s"))]
+        rows = [[mode, *(cell(m.get(key), 3) for key in ("qps", "p50_s", "p90_s", "p99_s"))]
                 for mode, m in load["modes"].items()]
         lines += ["", f"rate {rate} questions/s", markdown_table("mode|q/s|p50 s|p90 s|p99 s".split("|"), rows)]
         reduction = load.get("p99_reduction_vs_isolated")
@@ -81,11 +82,3 @@ def _rag(r: dict) -> list[str]:
 
 def _tail(section: dict) -> list[str]:
     return ["", "```", section["tail"], "```"] if section.get("tail") else []
-
-
-def _n(x) -> str:
-    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
-
-
-def _x(x) -> str:
-    return f"{x:.2f}x" if isinstance(x, (int, float)) else "-"

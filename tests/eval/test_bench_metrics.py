@@ -1,6 +1,6 @@
 import pytest
 
-from eval.bench.metrics import Record, counter_delta, latency_stats, percentile, ratios, summarize
+from eval.bench.metrics import Call, counter_delta, latency_stats, percentile, ratios, summarize
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -21,22 +21,22 @@ def test_percentile_empty_is_none():
 
 
 def test_summarize_by_hand():
-    records = [Record("embed", 0.0, 1.0), Record("embed", 1.0, 4.0), Record("generate", 0.0, 2.0),
-               Record("generate", 0.0, 6.0)]
+    records = [Call("embed", 0.0, 1.0), Call("embed", 1.0, 4.0), Call("generate", 0.0, 2.0),
+               Call("generate", 0.0, 6.0)]
     r = summarize("hetero", records, wall_s=8.0)
-    assert (r.requests, r.rps, r.embed_rps, r.gen_rps) == (4, 0.5, 0.25, 0.25)
-    assert r.p50_s == {"embed": 2.0, "generate": 4.0}
-    assert r.p99_s["embed"] == pytest.approx(1 + 2 * 0.99)
-    assert r.mean_s == {"embed": 2.0, "generate": 4.0}
+    assert (r["requests"], r["rps"], r["embed_rps"], r["gen_rps"]) == (4, 0.5, 0.25, 0.25)
+    assert r["p50_s"] == {"embed": 2.0, "generate": 4.0}
+    assert r["p99_s"]["embed"] == pytest.approx(1 + 2 * 0.99)
+    assert r["mean_s"] == {"embed": 2.0, "generate": 4.0}
 
 
 def test_summarize_missing_kind():
-    r = summarize("hf", [Record("generate", 0.0, 1.0)], wall_s=2.0)
-    assert r.p50_s["embed"] is None and r.embed_rps == 0.0 and r.gen_rps == 0.5
+    r = summarize("hf", [Call("generate", 0.0, 1.0)], wall_s=2.0)
+    assert r["p50_s"]["embed"] is None and r["embed_rps"] == 0.0 and r["gen_rps"] == 0.5
 
 
 def test_ratios_by_hand():
-    modes = {m: summarize(m, [Record("embed", 0, 1)] * n, wall_s=1.0)
+    modes = {m: summarize(m, [Call("embed", 0, 1)] * n, wall_s=1.0)
              for m, n in [("hetero", 6), ("isolated", 2), ("alternating", 4)]}
     assert ratios(modes) == {"hetero/isolated": 3.0, "hetero/alternating": 1.5, "hetero/hf": None}
     assert ratios({"isolated": modes["isolated"]}) == {"hetero/isolated": None, "hetero/alternating": None,
