@@ -1,6 +1,7 @@
 """A request's state inside the engine: its tokens, progress, blocks and pooling state. Each field has one writer:
-the scheduler the life cycle (status, num_computed, finish_reason, pool_state), the block manager the block table
-and hashes, engine/output.py the outputs (output_ids, text and its detokenisation marks, timings after admission)."""
+the scheduler the life cycle (status, num_computed, finish_reason, pool_state, timings.first_scheduled), the block
+manager the block table and hashes, engine/output.py the outputs (output_ids, text and its detokenisation marks,
+first-token and finish times)."""
 from __future__ import annotations
 
 import enum

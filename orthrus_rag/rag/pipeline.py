@@ -61,6 +61,8 @@ class Pipeline(ABC):
 
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         """The reasoner's text for `prompt`, recorded in the trace."""
+        if self.reasoner is None:
+            raise RuntimeError(f"{type(self).__name__} was built without a reasoner but called reason()")
         text = as_messages(prompt)[-1]["content"]
         summary = text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
         with live.watch("reason", summary) as call:

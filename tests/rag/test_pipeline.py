@@ -60,6 +60,11 @@ async def test_retrieve_without_retriever_is_a_clear_error():
         await RetrieveThenReason(None, echo()).answer("q")
 
 
+async def test_reason_without_reasoner_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="without a reasoner"):
+        await RetrieveThenReason(ScriptedRetriever(), None).answer("q")
+
+
 async def test_answer_must_return_an_answer():
     class Wrong(Pipeline):
         async def answer(self, question):
