@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from omegaconf import DictConfig
 
@@ -39,7 +39,7 @@ class IndexSpec:
     # <cache>/bm25/<corpus>-<fingerprint>; a folder: the dense index there and BM25 in <folder>/bm25
     folder: str | None = None
     batch_size: int = 64  # passages embedded concurrently while building
-    device: str = "auto"  # auto | cpu | cuda: where it searches (auto = cuda when available)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # where it searches (auto = cuda when available)
     # dense | bm25 | hybrid: the embedder's index, BM25 over the corpus text, or both fused by rank (the default,
     # chosen on 2Wiki dev recall: docs/results.md, docs/experiments.md#hybrid-retrieval)
     retrieval: RetrievalMode = "hybrid"

@@ -147,6 +147,7 @@ def test_the_plan_checks_everything_and_plans_an_index_only_for_pipelines_that_r
                                 ("index.retrieval", "sparse", "index.retrieval: expected 'dense' or 'bm25'"),
                                 ("index.batch_size", 0, "index.batch_size must be >= 1, got 0"),
                                 ("index.batch_size", -4, "index.batch_size must be >= 1, got -4"),
+                                ("index.device", "gpu", "index.device: expected 'auto' or 'cpu' or 'cuda', got 'gpu'"),
                                 ("embedder.pooling", "foo", "embedder.pooling: pooling must be one of"),
                                 ("embedder.model", "other", "embedder.model: model must be None")]:
         with pytest.raises(UserError, match=message):
