@@ -22,33 +22,11 @@ class DisconnectMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        body_read, started = asyncio.Event(), False
-
-        async def receiving() -> Message:
-            message = await receive()
-            if message["type"] == "http.request" and not message.get("more_body", False):
-                body_read.set()
-            return message
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        async def until_disconnected() -> None:
-            """Returns when the client goes away before the response started; after that it is the response's job."""
-            await body_read.wait()  # the route owns `receive` until it has read the whole body
-            while True:
-                message = await receive()
-                if started:  # a started response (a stream) watches the connection itself
-                    await asyncio.Event().wait()
-                if message["type"] == "http.disconnect":
-                    return
-
-        handler = asyncio.ensure_future(self.app(scope, receiving, sending))
-        watcher = asyncio.ensure_future(until_disconnected())
+        call = _Call(receive, send)
+        handler = asyncio.ensure_future(self.app(scope, call.receive, call.send))
+        watcher = asyncio.ensure_future(call.until_disconnected())
         for task in (handler, watcher):  # an error nobody awaits any more (after a cancel) is not logged as lost
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+            task.add_done_callback(_retrieve)
         try:
             await asyncio.wait((handler, watcher), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this middleware was cancelled (server shutdown): nothing is left running
@@ -60,9 +38,47 @@ class DisconnectMiddleware:
             handler.cancel()
             await asyncio.wait((handler,))
             if handler.cancelled():
-                if not started:  # recorded as 499 by the outer middlewares (the server drops it: the client is gone)
-                    with contextlib.suppress(Exception):
-                        await send({"type": "http.response.start", "status": CLIENT_CLOSED_REQUEST, "headers": []})
-                        await send({"type": "http.response.body", "body": b""})
-                return
+                return await call.abandoned()
         await handler  # the result or the route's exception, as without this middleware
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class _Call:
+    """One HTTP exchange: whether the body was read and the response started, and the client's disconnect."""
+
+    def __init__(self, receive: Receive, send: Send):
+        self._receive, self._send = receive, send
+        self.body_read = asyncio.Event()
+        self.started = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            self.body_read.set()
+        return message
+
+    async def send(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
+
+    async def until_disconnected(self) -> None:
+        """Returns when the client goes away before the response started; after that it is the response's job."""
+        await self.body_read.wait()  # the route owns `receive` until it has read the whole body
+        while True:
+            message = await self._receive()
+            if self.started:  # a started response (a stream) watches the connection itself
+                await asyncio.Event().wait()
+            if message["type"] == "http.disconnect":
+                return
+
+    async def abandoned(self) -> None:
+        """Record the abandoned request as 499 for the outer middlewares (the server drops it: the client is gone)."""
+        if self.started:
+            return
+        with contextlib.suppress(Exception):
+            await self._send({"type": "http.response.start", "status": CLIENT_CLOSED_REQUEST, "headers": []})
+            await self._send({"type": "http.response.body", "body": b""})

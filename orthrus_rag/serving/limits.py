@@ -71,7 +71,9 @@ class LimitsMiddleware:
         try:
             await self._bounded(scope, receive, send)
         finally:
-            self.in_flight -= Counter([key])  # a key with none left in flight is dropped
+            self.in_flight[key] -= 1
+            if not self.in_flight[key]:
+                del self.in_flight[key]
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         now = asyncio.get_running_loop().time()

@@ -87,27 +87,37 @@ async def rag_events(answer: Callable[[], Awaitable[Answer]], question: str, pip
     timeline = Timeline()
     try:
         yield StartEvent(question=question, pipeline=pipeline).model_dump()
-        while True:
-            timeout = None if end is None else max(0.0, end - asyncio.get_running_loop().time())
-            try:
-                event = await asyncio.wait_for(events.get(), timeout)
-            except TimeoutError:  # past the deadline (a TimeoutError the pipeline raises is a failure, below)
-                error = APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: "
-                                      "server.request_timeout_s or the request's timeout) and was stopped",
-                                 "timeout_error", code="request_timeout")
-                yield ErrorEvent(**error.body()).model_dump()
-                return
-            if event is None:
-                break
+        while (event := await _next(events, end)) is not None:
             timeline.add(event)
             yield asdict(event)
         result = task.result()
         scored = score(example, result.prediction, result.passages) if example is not None else None
         yield AnswerEvent(**RagResponse.of(result).model_dump(), latency_s=result.latency_s,
                           timeline=timeline.close(time.perf_counter() - started), score=scored).model_dump()
+    except _PastDeadline:
+        yield _error(APIError(504, f"the question ran past its deadline ({remaining_s:.3g} s: server.request_timeout_s "
+                                   "or the request's timeout) and was stopped", "timeout_error",
+                              code="request_timeout"))
     except Exception as err:  # the pipeline failed: the stream has started, so the error is an event
-        yield ErrorEvent(**as_api_error(err).body()).model_dump()
+        yield _error(as_api_error(err))
     finally:
         if not task.done():  # the client went away or time ran out: stop the pipeline and its engine requests
             task.cancel()
             await asyncio.wait([task])
+
+
+class _PastDeadline(Exception):
+    """The question's deadline passed before its pipeline ended."""
+
+
+async def _next(events: asyncio.Queue, end: float | None):
+    """The next event, waiting no later than `end` (event-loop time; None: no limit); _PastDeadline past it."""
+    timeout = None if end is None else max(0.0, end - asyncio.get_running_loop().time())
+    try:
+        return await asyncio.wait_for(events.get(), timeout)
+    except TimeoutError:
+        raise _PastDeadline from None
+
+
+def _error(err: APIError) -> dict:
+    return ErrorEvent(**err.body()).model_dump()
