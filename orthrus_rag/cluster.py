@@ -5,6 +5,7 @@ Single-process serving and experiments never import this module's Ray parts: `co
 """
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from filelock import FileLock
@@ -29,11 +30,20 @@ def connect(address: str | None) -> Any:
     ray = import_ray()
     if not ray.is_initialized():
         try:
+            _probe(address)
             ray.init(address=address, include_dashboard=False)
-        except ConnectionError as error:
+        except OSError as error:  # ConnectionError, a timeout, an unknown host
             raise UserError(f"cannot reach the Ray cluster at {address!r} ({error}); check server.ray_address "
                             "(or ray_address) and that `ray start --head` runs there") from error
     return ray
+
+
+def _probe(address: str | None, timeout_s: float = 10.0) -> None:
+    """A `host:port` or `ray://host:port` that takes no TCP connection fails here, within seconds (Ray itself retries
+    such an address for minutes); `auto` and None are left to Ray."""
+    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
 
 
 def index_lock() -> FileLock:

@@ -1,12 +1,14 @@
 """Ray stays out of single-process runs; scale-out without the `ray` extra is a clear error."""
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
-from orthrus_rag.cluster import import_ray, summed_stats
+from orthrus_rag.cluster import connect, import_ray, summed_stats
 from orthrus_rag.settings import UserError
 
 SINGLE_PROCESS = ["orthrus_rag.serving.app", "orthrus_rag.serving.cli", "orthrus_rag.serving.lifecycle",
@@ -24,6 +26,18 @@ def test_scale_out_without_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the `ray` extra were not installed
     with pytest.raises(UserError, match=r"needs Ray: pip install -e '\.\[ray\]'"):
         import_ray()
+
+
+@pytest.mark.parametrize("form", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}"])
+def test_an_address_nobody_listens_on_fails_in_seconds(form):
+    pytest.importorskip("ray")
+    with socket.socket() as free:  # a port that was free a moment ago, so nothing listens there
+        free.bind(("127.0.0.1", 0))
+        address = form.format(port=free.getsockname()[1])
+    start = time.monotonic()
+    with pytest.raises(UserError, match=r"cannot reach the Ray cluster at '.*127\.0\.0\.1:\d+'.*ray start --head"):
+        connect(address)
+    assert time.monotonic() - start < 15  # Ray's own retries took minutes
 
 
 def test_engine_counters_add_up_key_by_key():
