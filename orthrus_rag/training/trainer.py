@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from orthrus_rag.models import load_embedder, resolve_model_path
+from orthrus_rag.models import load_embedder, resolve_model_path, set_threads
 from orthrus_rag.training.batching import BATCHINGS, bm25_batches, random_batches, relevant_passages
 from orthrus_rag.training.pairs import Pair, PairSource, load_pairs, split_pairs
 from orthrus_rag.training.pooled import POOLINGS, embed_texts, encode_batch, pooled_embeddings
@@ -197,8 +197,7 @@ def lr_at(step: int, settings: TrainSettings) -> float:
 def train_adapter(settings: TrainSettings, source: PairSource | list[Pair], model_and_tokenizer=None) -> TrainResult:
     """Train, checkpoint every `checkpoint_every` steps, and write the adapter folder to `settings.output`."""
     settings.check()
-    if settings.num_threads:
-        torch.set_num_threads(settings.num_threads)
+    set_threads(settings.num_threads)
     pairs = load_pairs(source, settings.seed) if isinstance(source, PairSource) else list(source)
     train_pairs, held = split_pairs(pairs, min(settings.held_out, len(pairs) // 5), settings.seed)
     if len(train_pairs) < settings.batch_size:
