@@ -29,21 +29,15 @@ def connect(address: str | None) -> Any:
     (then `$RAY_ADDRESS`, when set, is used as Ray does). Already connected: kept as is."""
     ray = import_ray()
     if not ray.is_initialized():
+        host, _, port = (address or "").removeprefix("ray://").rpartition(":")
         try:
-            _probe(address)
+            if host and port.isdigit():  # an address that takes no connection fails here (Ray retries for minutes)
+                socket.create_connection((host, int(port)), timeout=10).close()
             ray.init(address=address, include_dashboard=False)
         except OSError as error:  # ConnectionError, a timeout, an unknown host
             raise UserError(f"cannot reach the Ray cluster at {address!r} ({error}); check server.ray_address "
                             "(or ray_address) and that `ray start --head` runs there") from error
     return ray
-
-
-def _probe(address: str | None, timeout_s: float = 10.0) -> None:
-    """A `host:port` or `ray://host:port` that takes no TCP connection fails here, within seconds (Ray itself retries
-    such an address for minutes); `auto` and None are left to Ray."""
-    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
-    if host and port.isdigit():
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
 
 
 def index_lock() -> FileLock:
