@@ -75,7 +75,7 @@ class AsyncEngine(contextlib.AbstractAsyncContextManager):  # `async with AsyncE
         self._abandoned = False  # shutdown gave up waiting: the loop stops at its next turn
         self._idle, self._beat = False, time.monotonic()  # for health(): blocked on the queue, or the last step's end
         self._stats: dict = self.engine.get_stats()
-        self._thread = threading.Thread(target=self._loop, name="orthrus-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="orthrus-engine", daemon=True)
         self._thread.start()
 
     async def __aexit__(self, *exc) -> None:
@@ -216,31 +216,34 @@ class AsyncEngine(contextlib.AbstractAsyncContextManager):  # `async with AsyncE
         for key, waiter in waiters:
             _send(waiter, StepOutput(key, finished=True, error=error))
 
-    def _loop(self) -> None:
-        """The loop thread, until shutdown; any other way out marks the engine dead and fails its waiters."""
+    def _run(self) -> None:
+        """The loop thread: `_loop` until shutdown; any other way out marks the engine dead and fails its waiters."""
         try:
-            stopping = False
-            while not self._abandoned:
-                block = not self.engine.has_unfinished()
-                if stopping and block:
-                    break
-                self._idle = block
-                stopping |= self._drain(block, accept=not stopping)
-                self._idle, self._beat = False, time.monotonic()
-                try:
-                    outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
-                except Exception as err:  # outside any one request: fail those in flight, keep serving
-                    outputs = self._fail_all(err)
-                self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
-                self._beat = time.monotonic()
-                for out in outputs:
-                    self._deliver(out)
-            with self._lock:
-                self._dead = EngineDeadError("shut down")
-            self._drain(block=False, accept=False)  # answer what was queued after the last step
+            self._loop()
         except BaseException as err:  # noqa: BLE001 - whatever ended the loop, nobody may wait on a dead engine
             log.error("the engine thread stopped", exc_info=err)
             self._die(EngineDeadError(f"the engine thread stopped ({err!r}); start a new engine"))
+
+    def _loop(self) -> None:
+        stopping = False
+        while not self._abandoned:
+            block = not self.engine.has_unfinished()
+            if stopping and block:
+                break
+            self._idle = block
+            stopping |= self._drain(block, accept=not stopping)
+            self._idle, self._beat = False, time.monotonic()
+            try:
+                outputs = self.engine.step(early=self._deliver)  # embeddings go out before the generator runs
+            except Exception as err:  # outside any one request: fail those in flight, keep serving
+                outputs = self._fail_all(err)
+            self._stats = self.engine.get_stats()  # refreshed before results, so callers see their step
+            self._beat = time.monotonic()
+            for out in outputs:
+                self._deliver(out)
+        with self._lock:
+            self._dead = EngineDeadError("shut down")
+        self._drain(block=False, accept=False)  # answer what was queued after the last step
 
     def _fail_all(self, err: Exception) -> list[StepOutput]:
         error = EngineError(f"the engine step failed ({err!r}); the requests in it were stopped, retry them")
