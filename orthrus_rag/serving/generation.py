@@ -37,20 +37,9 @@ def new_call(state: ServerState, prefix: str, model: str | None) -> Call:
 
 async def sampling_params(state: ServerState, req: SamplingRequest, prompt: Prompt,
                           max_tokens: int | None) -> SamplingParams:
-    """The request's sampling settings; without the client's max_tokens, the server's default cut to the room the
-    prompt leaves in the context (a prompt that leaves no room is refused without blaming a max_tokens the client
-    did not send)."""
+    """The request's sampling settings; without the client's max_tokens, `default_max_tokens`."""
     if max_tokens is None:
-        if isinstance(prompt, list):
-            used = len(prompt)
-        else:  # as the engine tokenises a generator's prompt; a long text in a worker thread, off the event loop
-            encode = state.engine.tokenizer.encode
-            used = len(await asyncio.to_thread(encode, prompt) if len(prompt) >= OFF_THREAD_CHARS else encode(prompt))
-        room = state.engine.context_length - used
-        if room < 1:
-            raise bad_request(f"the input ({used} tokens) leaves no room for output in the model's context length "
-                              f"of {state.engine.context_length} tokens; shorten the input", "input")
-        max_tokens = min(state.settings.default_max_tokens, room)
+        max_tokens = await default_max_tokens(state, prompt)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = SamplingParams(max_tokens=max_tokens,
                             temperature=1.0 if req.temperature is None else req.temperature,
@@ -58,6 +47,22 @@ async def sampling_params(state: ServerState, req: SamplingRequest, prompt: Prom
                             stop=stop, ignore_eos=req.ignore_eos)
     params.validate()  # InvalidRequestError: a 400 naming the field (errors.as_api_error), before anything starts
     return params
+
+
+async def default_max_tokens(state: ServerState, prompt: Prompt) -> int:
+    """The server's default cut to the room the prompt leaves in the context; a prompt that leaves no room is refused
+    without blaming a max_tokens the client did not send."""
+    if isinstance(prompt, list):
+        used = len(prompt)
+    elif len(prompt) >= OFF_THREAD_CHARS:  # tokenised as the engine does; a long text off the event loop
+        used = len(await asyncio.to_thread(state.engine.tokenizer.encode, prompt))
+    else:
+        used = len(state.engine.tokenizer.encode(prompt))
+    room = state.engine.context_length - used
+    if room < 1:
+        raise bad_request(f"the input ({used} tokens) leaves no room for output in the model's context length "
+                          f"of {state.engine.context_length} tokens; shorten the input", "input")
+    return min(state.settings.default_max_tokens, room)
 
 
 def usage_of(out: GenerateOutput) -> Usage:
