@@ -50,8 +50,7 @@ class MetricsMiddleware:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/") or all(  # an API route, any method
-                route.matches(scope)[0] == Match.NONE for route in scope["app"].router.routes):
+        if scope["type"] != "http" or not is_api_request(scope):
             return await self.app(scope, receive, send)
         start, status = time.perf_counter(), 500
 
@@ -68,3 +67,9 @@ class MetricsMiddleware:
             endpoint = getattr(scope.get("route"), "path", scope["path"])
             self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
             self.metrics.requests.labels(endpoint, str(status)).inc()
+
+
+def is_api_request(scope: Scope) -> bool:
+    """Whether the request is for one of the app's API routes (a path under /v1/, any method)."""
+    return scope["path"].startswith("/v1/") and any(
+        route.matches(scope)[0] != Match.NONE for route in scope["app"].router.routes)
