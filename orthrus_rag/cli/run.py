@@ -86,6 +86,13 @@ def _shown(settings: dict[str, Any], key: str) -> str:
 
 
 # ---- scoring and outputs ------------------------------------------------------------------------------------
+def trace_summary(answer: Any) -> list[dict[str, Any]]:
+    """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
+    return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
+             "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
+             "completion_tokens": e.completion_tokens} for e in answer.trace]
+
+
 def _short(text: str) -> str:
     return text if len(text) <= TRACE_CHARS else text[:TRACE_CHARS] + "..."
 
@@ -97,10 +104,7 @@ def scored_row(question: Any, answer: Any) -> dict[str, Any]:
             "aliases": question.aliases, "prediction": answer.prediction,
             "passages": [p.title or p.id for p in answer.passages], "gold_titles": question.gold_titles,
             "scores": asdict(scores), "latency_s": answer.latency_s, "queue_s": answer.queue_s,
-            "calls": answer.num_calls,
-            "trace": [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
-                       "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
-                       "completion_tokens": e.completion_tokens} for e in answer.trace], "error": answer.error}
+            "calls": answer.num_calls, "trace": trace_summary(answer), "error": answer.error}
 
 
 def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: list[dict], run: RunOutput | None,
