@@ -83,7 +83,8 @@ def junit_counts(junit: Path) -> dict:
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     counts["failed_tests"] = []
     for case in suite.iter("testcase"):
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        failure = case.find("failure")
+        problem = failure if failure is not None else case.find("error")
         if problem is not None:
             first = next(iter((problem.get("message") or "").splitlines()), "")[:300]
             counts["failed_tests"].append(f"{case.get('classname')}::{case.get('name')}: {first}")
