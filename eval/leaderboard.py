@@ -82,8 +82,9 @@ def run_experiments(names: list[str], rows: str, runs: Path, results_dir: Path, 
                 f"hydra.run.dir={run_dir}", *overrides]
         tqdm.write(" ".join(args))
         if subprocess.run(args).returncode != 0:
-            raise RuntimeError(f"row {name!r} failed (its output is above); rows before it were saved. Rerun with "
-                               f"{run_dir} kept and resume=true to finish it")
+            raise RuntimeError(f"row {name!r} failed (its output is above); rows before it were saved. Its run "
+                               f"folder {run_dir} keeps every answer written: rerun with resume=true to finish it, or "
+                               "with overwrite=true to start its rows again")
         save_row(run_dir / "results.json", results_dir / f"{name}.json")
 
 

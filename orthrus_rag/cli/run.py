@@ -11,6 +11,7 @@ Writing the files as it goes, resuming, and failed questions: docs/experiments.m
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -23,15 +24,16 @@ from eval.datasets import DatasetSpec, read_questions
 from eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
 from eval.predictions import PredictionLog
 from orthrus_rag.cli.answering import RunOutput, execute
+from orthrus_rag.cli.run_folder import RESULTS_FILE, SETTINGS_FILE, Earlier, earlier_runs, locked
 from orthrus_rag.files import write_atomic
 from orthrus_rag.launch import UserError, launch
+from orthrus_rag.settings import user_errors
 from orthrus_rag.stack import StackPlan
 
 APP = "orthrus-rag"
 TRACE_CHARS = 160
-SETTINGS_FILE = "settings.json"  # beside predictions.jsonl: the settings its answers were made with
 # config keys that change no answer: how the run is driven and how it is scored
-NOT_ANSWER_SETTINGS = ("resume", "concurrency", "workers", "allow_failures", "metrics", "hydra")
+NOT_ANSWER_SETTINGS = ("resume", "overwrite", "concurrency", "workers", "allow_failures", "metrics", "hydra")
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
@@ -57,34 +59,6 @@ def answer_settings(cfg: DictConfig) -> dict[str, Any]:
     return json.loads(json.dumps(settings))
 
 
-def check_resumable(path: Path, settings: dict[str, Any]) -> None:
-    """Refuse to resume when the settings saved at `path` differ from this run's (no saved settings: a folder
-    from before they were saved, resumed as it is)."""
-    if not path.is_file():
-        return
-    before, now = _flat(json.loads(path.read_text(encoding="utf-8"))), _flat(settings)
-    keys = sorted(k for k in before.keys() | now.keys() if k not in before or k not in now or before[k] != now[k])
-    if keys:
-        differ = "; ".join(f"{k} ({_shown(before, k)} then, {_shown(now, k)} now)" for k in keys)
-        raise UserError(f"resume=true: the answers in {path.parent} were made with other settings: {differ}. "
-                        "Resume with the same settings, or run these in a new folder (another hydra.run.dir)")
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as {"group.key": value}."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _shown(settings: dict[str, Any], key: str) -> str:
-    return repr(settings[key]) if key in settings else "unset"
-
-
 # ---- scoring and outputs ------------------------------------------------------------------------------------
 def trace_summary(answer: Any) -> list[dict[str, Any]]:
     """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
@@ -108,26 +82,36 @@ def scored_row(question: Any, answer: Any) -> dict[str, Any]:
 
 
 def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: list[dict], run: RunOutput | None,
-                  resumed: int, metrics: MetricSettings = MetricSettings()) -> dict[str, Any]:
+                  answered_now: set[str], earlier: dict[str, Any] | None = None,
+                  metrics: MetricSettings = MetricSettings()) -> dict[str, Any]:
     """results.json from the prediction rows (in question order) of the questions of `spec`; `run` is the part
-    answered now (None when an earlier run had answered everything), `resumed` how many rows came from the earlier
-    run, `metrics` how the intervals are drawn."""
+    answered now (the questions `answered_now`; None when earlier runs had answered everything), `earlier` the
+    results.json they left, `metrics` how the intervals are drawn."""
     from eval.bench.metrics import latency_stats
 
     scores = [QuestionScores(**row["scores"]) for row in rows]
-    answered_now = len(rows) - resumed
-    wall_s = run.wall_s if run else 0.0
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
                "n": len(questions), "failed": sum(row["error"] is not None for row in rows),
                "metrics": aggregate(scores),
                "latency": latency_stats([row["latency_s"] for row in rows]),
-               "qps": answered_now / wall_s if wall_s > 0 else 0.0, "wall_s": wall_s,
-               "engine": run.engine_stats if run else {}, "config": OmegaConf.to_container(cfg, resolve=True)}
-    if resumed:  # latency covers every question; qps, wall_s and engine the part answered now
-        results["resumed"] = {"answered_before": resumed, "answered_now": answered_now,
-                              "latency_now": latency_stats([row["latency_s"] for row in rows[resumed:]])}
+               **run_figures(run, len(answered_now), earlier), "config": OmegaConf.to_container(cfg, resolve=True)}
+    if run is None and earlier is not None:  # nothing answered now: the figures, and what they cover, as measured
+        results.update({k: earlier[k] for k in ("resumed",) if k in earlier})
+    elif len(answered_now) < len(rows):  # latency covers every question; qps, wall_s and engine the part answered now
+        results["resumed"] = {"answered_before": len(rows) - len(answered_now), "answered_now": len(answered_now),
+                              "latency_now": latency_stats([r["latency_s"] for r in rows if r["id"] in answered_now])}
     results.update(extra_results(spec, questions, scores, metrics))
     return results
+
+
+def run_figures(run: RunOutput | None, answered_now: int, earlier: dict[str, Any] | None) -> dict[str, Any]:
+    """q/s, wall time and engine counters of the part answered now; when nothing was, those of the run that answered
+    (its results.json), or 0, 0 and {} when it left none."""
+    if run is not None:
+        return {"qps": answered_now / run.wall_s if run.wall_s > 0 else 0.0, "wall_s": run.wall_s,
+                "engine": run.engine_stats}
+    earlier = earlier or {}
+    return {"qps": earlier.get("qps", 0.0), "wall_s": earlier.get("wall_s", 0.0), "engine": earlier.get("engine", {})}
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -148,31 +132,29 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     workers = _checked(cfg, "workers", 1, _positive, "a positive integer (1: this process, N>1: N Ray actors)")
     concurrency = _checked(cfg, "concurrency", None, lambda v: v is None or _positive(v), "a positive integer "
                            "(questions in flight at once, on each worker) or null (all at once)")
-    resume, allow_failures = (_checked(cfg, key, False, lambda v: isinstance(v, bool), "true or false")
-                              for key in ("resume", "allow_failures"))
+    resume = _checked(cfg, "resume", False, lambda v: v is True or v is False or v == "force", "true, false or force")
+    allow_failures, overwrite = (_checked(cfg, key, False, lambda v: isinstance(v, bool), "true or false")
+                                 for key in ("allow_failures", "overwrite"))
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    log, settings = PredictionLog(out_dir), answer_settings(cfg)
-    if resume:
-        check_resumable(out_dir / SETTINGS_FILE, settings)
-    done = log.answered() if resume else {}
-    kept = [done[q.id] for q in questions if q.id in done]
-    todo = [q for q in questions if q.id not in done]
-    if kept:
-        print(f"resuming: {len(kept)} of {len(questions)} questions already answered in {log.path}")
-    write_atomic(out_dir / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
-    log.start(kept)
-    new_rows: dict[str, dict] = {}
-
-    def on_answer(i: int, answer: Any) -> None:
-        new_rows[todo[i].id] = row = scored_row(todo[i], answer)
-        log.append(row)
-
-    output = execute(plan, todo, workers, concurrency, on_answer) if todo else None
-    order = {q.id: i for i, q in enumerate(questions)}
-    rows = sorted(kept + [new_rows[q.id] for q in todo], key=lambda r: order[r["id"]])
-    results = build_results(cfg, spec, questions, rows, output, len(kept), metrics)
-    log.finish(rows)
-    path = write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    with locked(out_dir):
+        log, settings = PredictionLog(out_dir), answer_settings(cfg)
+        earlier = earlier_runs(log, settings, resume, overwrite)
+        done = {qid: row for qid, row in earlier.rows.items() if row.get("error") is None}
+        selected = {q.id for q in questions}
+        kept = [done[q.id] for q in questions if q.id in done]
+        others = [row for qid, row in earlier.rows.items() if qid not in selected]  # kept too, after this run's
+        todo = [q for q in questions if q.id not in done]
+        _say_what_is_kept(log, len(questions), kept, others, todo, earlier)
+        with _writing(out_dir):
+            write_atomic(out_dir / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
+            log.start(kept + others)
+        output, new_rows = answer_logged(plan, todo, workers, concurrency, log, len(kept) + len(others))
+        order = {q.id: i for i, q in enumerate(questions)}
+        rows = sorted(kept + list(new_rows.values()), key=lambda r: order[r["id"]])
+        results = build_results(cfg, spec, questions, rows, output, set(new_rows), earlier.results, metrics)
+        with _writing(out_dir):  # results.json first: a run stopped between the two keeps its measured figures
+            path = write_atomic(out_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+            log.finish(rows + others)
     print(format_table(results))
     print(f"results: {path}\npredictions: {log.path}", flush=True)
     if results["failed"] and not allow_failures:
@@ -180,6 +162,55 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                         " the files are written. Rerun the same command with resume=true to retry them, or set "
                         "allow_failures=true to accept them")
     return results
+
+
+def _say_what_is_kept(log: PredictionLog, n: int, kept: list, others: list, todo: list, earlier: Earlier) -> None:
+    if kept and todo:
+        print(f"resuming: {len(kept)} of {n} questions already answered in {log.path}")
+    elif kept:
+        figures = ("the q/s, wall time and engine counters of the run that answered them" if earlier.results else
+                   "q/s, wall time and engine counters 0 (no results.json recorded them)")
+        print(f"resuming: all {n} questions already answered in {log.path}: nothing is asked; results.json is "
+              f"rebuilt from their rows, with {figures}")
+    if others:
+        print(f"keeping {len(others)} answers to questions outside this selection (dataset.limit) in {log.path}")
+
+
+def _writing(folder: Path):
+    """A failed write (a full disk) as one line; what the folder held stays (every file is replaced atomically)."""
+    return user_errors(OSError, prefix=f"could not write in {folder}: ", suffix="; nothing written before is lost: "
+                       "free space, then rerun the same command with resume=true")
+
+
+class LogWriteError(Exception):
+    """An answer could not be appended to predictions.jsonl."""
+
+
+def answer_logged(plan: StackPlan, todo: list, workers: int, concurrency: int | None, log: PredictionLog,
+                  logged: int) -> tuple[RunOutput | None, dict[str, dict]]:
+    """Answer `todo`, each row appended to `log` (which holds `logged` rows) as it completes; the run's output and the
+    new rows by question id. A failed append (a full disk) stops the run: the questions in flight are cancelled,
+    the log is closed with every row written before, and a UserError says how to finish."""
+    new_rows: dict[str, dict] = {}
+
+    def on_answer(i: int, answer: Any) -> None:
+        row = scored_row(todo[i], answer)
+        try:
+            log.append(row)
+        except OSError as error:
+            raise LogWriteError(error) from error
+        new_rows[todo[i].id] = row
+
+    try:
+        return (execute(plan, todo, workers, concurrency, on_answer) if todo else None), new_rows
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            log.close()
+        if isinstance(error, LogWriteError):
+            raise UserError(f"could not write {log.path}: {error}; the run stopped, and the {logged + len(new_rows)} "
+                            "answers written before are kept: free space, then rerun the same command with "
+                            "resume=true") from None
+        raise
 
 
 def main() -> None:

@@ -86,7 +86,12 @@ def test_resuming_with_other_settings_is_refused(run_app, tiny_models, tmp_path,
     run_app(main, "orthrus-rag", *small, "resume=true", "concurrency=1", "dataset.limit=3", "+metrics.bootstrap_seed=1")
     assert "resuming: 2 of 3" in capsys.readouterr().out and rows(out)[:2] == before and len(rows(out)) == 3
 
-    (out / "settings.json").unlink()  # a folder from before settings were saved: resumed as it is
-    run_app(main, "orthrus-rag", *small, "resume=true", "pipeline.max_tokens=5")
-    assert "resuming: 2 of 2" in capsys.readouterr().out
+    (out / "settings.json").unlink()  # answers whose settings are unknown: refused unless resume=force
+    with pytest.raises(SystemExit):
+        run_app(main, "orthrus-rag", *small, "resume=true", "pipeline.max_tokens=5")
+    err = capsys.readouterr().err
+    assert "holds answers but no settings.json" in err and "resume=force" in err and err.count("\n") == 1
+    assert not (out / "settings.json").exists() and rows(out)[:2] == before
+    run_app(main, "orthrus-rag", *small, "resume=force", "pipeline.max_tokens=5")
+    assert "resuming: all 2 questions already answered" in capsys.readouterr().out
     assert json.loads((out / "settings.json").read_text())["pipeline"]["max_tokens"] == 5

@@ -115,7 +115,7 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
     answers = [Answer("Who?", "Ann"), Answer("Where?", "", error="RuntimeError: boom")]
     rows = [scored_row(q, a) for q, a in zip(questions, answers)]
     spec = DatasetSpec.from_config(cfg.dataset)
-    results = build_results(cfg, spec, questions, rows, RunOutput(questions, answers, 1.0, {}), resumed=0)
+    results = build_results(cfg, spec, questions, rows, RunOutput(questions, answers, 1.0, {}), {"q1", "q2"})
     assert results["failed"] == 1 and results["n"] == 2 and results["metrics"]["em"] == 0.5
     assert [row["error"] for row in rows] == [None, "RuntimeError: boom"]
     log = PredictionLog(tmp_path)
@@ -125,7 +125,7 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
     log.finish(rows)
     (tmp_path / "results.json").write_text(json.dumps(results))
     assert read_results(tmp_path)[1][1]["error"] == "RuntimeError: boom"
-    assert list(log.answered()) == ["q1"]  # a resumed run asks the failed question again
+    assert [row["error"] for row in log.read().rows.values()] == [None, "RuntimeError: boom"]
 
 
 def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
