@@ -5,14 +5,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 
 from orthrus_rag.engine import AsyncEngine
-from orthrus_rag.serving.auth import require_api_key
+from orthrus_rag.serving.auth import AuthMiddleware
 from orthrus_rag.serving.body_limit import BodyLimitMiddleware
 from orthrus_rag.serving.disconnect import DisconnectMiddleware
 from orthrus_rag.serving.errors import install_error_handlers
-from orthrus_rag.serving.lifecycle import DrainingMiddleware
+from orthrus_rag.serving.hosts import HostCheckMiddleware, default_hosts
+from orthrus_rag.serving.lifecycle import AvailabilityMiddleware
 from orthrus_rag.serving.limits import LimitsMiddleware
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
 from orthrus_rag.serving.examples import Examples
@@ -45,18 +46,22 @@ def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag:
     app = FastAPI(title="Orthrus-RAG", lifespan=lifespan)
     app.state.server = state
     install_error_handlers(app)
-    guarded = [Depends(require_api_key)]
     for module in (embeddings, completions, chat):
-        app.include_router(module.router, dependencies=guarded, responses=API_ERRORS)
-    app.include_router(rag_route.router, dependencies=guarded)
+        app.include_router(module.router, responses=API_ERRORS)
+    app.include_router(rag_route.router)
     app.include_router(system.router)
     if settings.ui.enabled:
         install_web(app)
+    # innermost first: each middleware added wraps those before it, so a request meets them in the reverse order
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(DisconnectMiddleware)  # inside the metrics: an abandoned request is counted as 499
+    app.add_middleware(DisconnectMiddleware, write_timeout_s=settings.stream_write_timeout_s)  # an abandoned
+    # request is counted as 499 by the metrics outside it
     app.add_middleware(LimitsMiddleware, timeout_s=settings.request_timeout_s,
                        max_per_key=settings.max_concurrent_per_key, api_key=settings.api_key)
-    app.add_middleware(DrainingMiddleware, state=state)
+    app.add_middleware(AvailabilityMiddleware, state=state)
+    app.add_middleware(AuthMiddleware, api_key=settings.api_key, metrics_public=settings.metrics_public,
+                       ui_public=settings.ui.public)  # from the headers alone: before any body is read
+    app.add_middleware(HostCheckMiddleware, hosts=settings.allowed_hosts or default_hosts(settings.host))
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     install_openapi(app)
     return app

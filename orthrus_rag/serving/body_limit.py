@@ -1,11 +1,21 @@
-"""Refuse request bodies over `max_body_bytes` with a 413, whether or not they declare a Content-Length."""
+"""Request bodies: a request that sends one (POST, PUT, PATCH) must send JSON (`Content-Type: application/json`,
+else 415: a cross-site form or `text/plain` POST needs no CORS preflight, a JSON one does), of at most
+`max_body_bytes` (413 beyond, whether or not it declares a Content-Length)."""
 from __future__ import annotations
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fastapi import HTTPException
 
 from orthrus_rag.serving.errors import APIError
+
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+def is_json(content_type: str) -> bool:
+    """Whether a Content-Type is application/json (any parameters, such as a charset, after it)."""
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
 class BodyLimitMiddleware:
@@ -17,7 +27,12 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = next((value for name, value in scope.get("headers", []) if name == b"content-length"), b"")
+        headers = Headers(scope=scope)
+        if scope["method"] in BODY_METHODS and not is_json(headers.get("content-type", "")):
+            error = APIError(415, "the body must be JSON, sent with 'Content-Type: application/json'",
+                             code="unsupported_media_type")
+            return await error.response()(scope, receive, send)
+        declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
             error = APIError(413, self.message, code="request_too_large")
             return await error.response()(scope, receive, send)

@@ -1,5 +1,5 @@
-"""Server lifecycle: serving under uvicorn, then draining: from SIGINT/SIGTERM on, new requests get 503 while
-in-flight ones finish."""
+"""Server lifecycle: serving under uvicorn (at most `server.max_connections` connections), answering 503 while the
+engine cannot serve, then draining: from SIGINT/SIGTERM on, new requests get 503 while in-flight ones finish."""
 from __future__ import annotations
 
 import contextlib
@@ -9,12 +9,15 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orthrus_rag.serving.errors import APIError
+from orthrus_rag.serving.limits import engine_route
 from orthrus_rag.serving.settings import ServerSettings
 from orthrus_rag.serving.state import ServerState
 
 
-class DrainingMiddleware:
-    """Answers 503 to every new request once the server is shutting down (`ServerState.draining`)."""
+class AvailabilityMiddleware:
+    """Answers 503 to every new request once the server is shutting down (`ServerState.draining`), and to every new
+    engine request (`engine_route`) while the engine cannot serve (dead or stalled: `engine.health()`), so that a
+    request never waits in the queue of an engine that will not answer it."""
 
     def __init__(self, app: ASGIApp, state: ServerState):
         self.app, self.state = app, state
@@ -23,6 +26,9 @@ class DrainingMiddleware:
         if scope["type"] == "http" and self.state.draining:
             error = APIError(503, "the server is shutting down; retry on another instance", "server_error",
                              code="shutting_down")
+            return await error.response()(scope, receive, send)
+        if scope["type"] == "http" and engine_route(scope["path"]) and (reason := self.state.engine.health()):
+            error = APIError(503, f"the engine cannot serve: {reason}", "server_error", code="engine_unavailable")
             return await error.response()(scope, receive, send)
         await self.app(scope, receive, send)
 
@@ -42,6 +48,7 @@ class DrainingServer(uvicorn.Server):
 def make_server(app: FastAPI, settings: ServerSettings) -> DrainingServer:
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             timeout_graceful_shutdown=settings.timeout_graceful_shutdown, lifespan="on",
+                            limit_concurrency=settings.max_connections,
                             proxy_headers=False, server_header=False)
     return DrainingServer(app, config)
 

@@ -10,10 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fastapi import Request
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orthrus_rag.serving.auth import has_key
 from orthrus_rag.serving.errors import APIError
 
 SCOPE_KEY = "orthrus_deadline"
@@ -46,22 +44,22 @@ def shorten_deadline(request: Request, timeout_s: float | None) -> None:
         deadline.changed.set()
 
 
+def engine_route(path: str) -> bool:
+    """Whether a path is an API route that asks the engine for work (every `/v1/` route but the listings)."""
+    return path.startswith("/v1/") and path not in UNBOUNDED
+
+
 class LimitsMiddleware:
     def __init__(self, app: ASGIApp, timeout_s: float | None, max_per_key: int | None, api_key: str | None):
         self.app, self.timeout_s, self.max_per_key, self.api_key = app, timeout_s, max_per_key, api_key
         self.in_flight: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/") or scope["path"] in UNBOUNDED:
+        if scope["type"] != "http" or not engine_route(scope["path"]):
             return await self.app(scope, receive, send)
-        # requests count by the server's API key, or by the client's address when the server has no key (a token
-        # sent to a keyless server counts for nothing)
-        if self.api_key is None:
-            key = f"addr:{(scope.get('client') or ('?', 0))[0]}"
-        elif has_key(Headers(scope=scope).get("authorization", ""), self.api_key):
-            key = "key"
-        else:
-            return await self.app(scope, receive, send)  # a wrong or missing key: 401 at once, nothing to bound
+        # requests count by the server's API key (auth.py let only its holders in), or by the client's address when
+        # the server has no key (a token sent to a keyless server counts for nothing)
+        key = "key" if self.api_key is not None else f"addr:{(scope.get('client') or ('?', 0))[0]}"
         if self.max_per_key is not None and self.in_flight[key] >= self.max_per_key:
             error = APIError(429, f"too many requests in flight for this key (server.max_concurrent_per_key="
                                   f"{self.max_per_key}); wait for one to finish", "rate_limit_error",

@@ -20,13 +20,16 @@ def error(description: str) -> dict[str, Any]:
 
 
 UNAUTHORIZED = {401: error("missing or wrong API key (only when the server is started with one)")}
-UNAVAILABLE = {503: error("the server is shutting down, or its engine stopped")}
+UNAVAILABLE = {503: error("the server is shutting down, or its engine stopped or stalled")}
 API_ERRORS = {
     400: error("invalid request: a body that breaks this schema (types, ranges, required fields), malformed JSON, "
                "or what the schema cannot say: a blank input, an input longer than the context, token ids past "
-               "the vocabulary, an unknown model or pipeline"),
+               "the vocabulary, an unknown model or pipeline, more inputs or messages than the server takes "
+               "(server.max_embedding_inputs, server.max_chat_messages), a Host header the server does not answer "
+               "for (server.allowed_hosts)"),
     **UNAUTHORIZED,
     413: error("the body is larger than the server's limit (server.max_body_bytes)"),
+    415: error("the body is not sent as JSON (Content-Type: application/json)"),
     429: error("the engine's waiting queue is full, or this key has server.max_concurrent_per_key requests in "
                "flight; retry later"),
     504: error("the request ran past its deadline (server.request_timeout_s or its `timeout`) and was stopped"),

@@ -34,12 +34,15 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(engine: AsyncEngine, settings: ServerSettings | None = None, rag=None,
-            owns_engine: bool = False) -> Iterator[Running]:
-    """Serve `create_app(engine, ...)` until the block ends; then shut the server down and wait for it."""
+def serving(engine: AsyncEngine, settings: ServerSettings | None = None, rag=None, owns_engine: bool = False,
+            send_buffer: int | None = None) -> Iterator[Running]:
+    """Serve `create_app(engine, ...)` until the block ends; then shut the server down and wait for it.
+    `send_buffer`: the kernel's send buffer of each connection, in bytes (None: the system's, which grows)."""
     settings = settings or ServerSettings()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer is not None:  # accepted connections inherit it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind(("127.0.0.1", 0))
     app = create_app(engine, settings, rag, owns_engine=owns_engine)
     server = make_server(app, settings.model_copy(update={"log_level": "warning"}))
@@ -98,7 +101,7 @@ def keyed_server(engine) -> Iterator[Running]:
 
 @pytest.fixture(scope="session")
 def serve_app():
-    """`serve_app(engine, settings, rag, owns_engine)`: a context manager serving one more app."""
+    """`serve_app(engine, settings, rag, owns_engine, send_buffer)`: a context manager serving one more app."""
     return serving
 
 

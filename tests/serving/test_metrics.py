@@ -41,7 +41,7 @@ def test_every_api_route_is_measured_and_nothing_else(engine):
 
     app = create_app(engine, owns_engine=False)
     app.add_api_route("/v1/echo/{word}", lambda word: {"word": word}, methods=["GET"])
-    client = TestClient(app)
+    client = TestClient(app, base_url="http://localhost")  # a Host the server answers for
     assert client.get("/v1/echo/hi").json() == {"word": "hi"}
     assert client.get("/v1/models").status_code == 200 and client.get("/health").status_code == 200
     assert client.get("/v1/nowhere").status_code == 404

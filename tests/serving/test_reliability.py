@@ -241,3 +241,62 @@ def test_requests_beyond_the_per_key_limit_get_429(serve_app, make_engine):
             assert asyncio.run(burst("k1")).count(200) == 2  # the slots were given back
     finally:
         engine.shutdown(timeout_s=10)
+
+
+def test_a_stalled_engine_answers_503_at_once_instead_of_queueing(serve_app, make_engine):
+    """A step that never returns: /health and every new engine request answer 503 engine_unavailable at once (no
+    request waits in the queue of an engine that will not answer it); listings still answer."""
+    engine = make_engine(stall_timeout_s=0.5)
+    release = threading.Event()
+    try:
+        with serve_app(engine, ServerSettings(request_timeout_s=None), owns_engine=True) as running:
+            real_step = engine.engine.step
+            engine.engine.step = lambda early=None: release.wait() and real_step(early)
+            with httpx.Client(base_url=running.url, timeout=30) as client:
+                stuck = threading.Thread(target=client.post, args=("/v1/completions",),
+                                         kwargs={"json": {**LONG, "max_tokens": 4}}, daemon=True)
+                stuck.start()
+                assert wait_for(lambda: client.get("/health").status_code == 503, 10)
+                start = time.monotonic()
+                for path, body in (("/v1/completions", {**LONG, "max_tokens": 4}), ("/v1/embeddings", {"input": "x"}),
+                                   ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+                    resp = client.post(path, json=body)
+                    assert resp.status_code == 503 and resp.json()["error"]["code"] == "engine_unavailable", resp.text
+                    assert "no engine step finished" in resp.json()["error"]["message"]
+                assert time.monotonic() - start < 2
+                assert client.get("/v1/models").status_code == 200
+                release.set()  # the step returns: the engine serves again
+                assert wait_for(lambda: client.get("/health").status_code == 200, 10)
+                assert client.post("/v1/embeddings", json={"input": "x"}).status_code == 200
+    finally:
+        release.set()
+        engine.shutdown(timeout_s=10)
+
+
+def test_a_stream_its_client_never_reads_is_stopped_and_its_connection_closed(serve_app, make_engine):
+    """A client that sends a streaming request and then reads nothing: once the kernel's and the server's buffers
+    are full, the stream is stopped in the engine after server.stream_write_timeout_s and its connection closed."""
+    engine = make_engine(max_model_len=4096)  # 4,000 tokens of stream (~800 KB): far more than any buffer holds
+    settings = ServerSettings(stream_write_timeout_s=1.0, request_timeout_s=None)
+    try:
+        with serve_app(engine, settings, owns_engine=True, send_buffer=4096) as running:
+            address = urlparse(running.url)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # a client that reads nothing fills it soon
+            sock.connect((address.hostname, address.port))
+            payload = json.dumps({**LONG, "max_tokens": 4000, "stream": True}).encode()
+            sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {address.netloc}\r\nContent-Type: application/json"
+                         f"\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            before = engine.stats()["tokens"]["decode"]
+            assert wait_for(lambda: engine.stats()["tokens"]["decode"] > before, 10), "the stream never started"
+            assert wait_for(lambda: engine_idle(engine), 60), engine.stats()
+            generated = engine.stats()["tokens"]["decode"] - before
+            sock.settimeout(10)
+            received = b""
+            while chunk := sock.recv(65536):  # what the buffers held, then the end: the server closed it
+                received += chunk
+            assert b"[DONE]" not in received and generated < 3000, (generated, len(received))
+            ok = httpx.post(f"{running.api}/completions", json={**LONG, "max_tokens": 2}, timeout=30)
+            assert ok.status_code == 200
+    finally:
+        engine.shutdown(timeout_s=10)

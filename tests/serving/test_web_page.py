@@ -145,7 +145,7 @@ def test_an_empty_question_and_a_busy_server_show_messages_and_the_page_goes_on(
 
 
 def test_the_page_asks_for_the_api_key_once_and_keeps_it_in_the_tab(page, serve_app, engine):
-    with serve_app(engine, ServerSettings(api_key=API_KEY), rag=fake_rag) as running:
+    with serve_app(engine, ServerSettings(api_key=API_KEY, ui={"public": True}), rag=fake_rag) as running:
         page.goto(running.url)
         page.wait_for_selector("#key-form:not([hidden])")
         assert "API key" in page.text_content("#message")

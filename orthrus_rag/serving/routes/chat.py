@@ -26,6 +26,10 @@ router = APIRouter()
 async def chat_completions(req: ChatCompletionRequest, request: Request, state: ServerState = Depends(get_state)):
     shorten_deadline(request, req.timeout)
     call = new_call(state, "chatcmpl", req.model)
+    if len(req.messages) > state.settings.max_chat_messages:
+        raise bad_request(f"{len(req.messages)} messages in one request; this server takes at most "
+                          f"{state.settings.max_chat_messages} (server.max_chat_messages): shorten the conversation",
+                          "messages", "too_many_messages")
     prompt = render_chat(state.engine.tokenizer, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = await sampling_params(state, req, prompt, max_tokens)

@@ -24,6 +24,10 @@ async def embeddings(req: EmbeddingRequest, request: Request,
     model, params = pooling_for(state, req.model)
     params.truncate = req.truncate_prompt_tokens
     inputs = split_inputs(req.input)
+    if len(inputs) > state.settings.max_embedding_inputs:
+        raise bad_request(f"{len(inputs)} inputs in one request; this server embeds at most "
+                          f"{state.settings.max_embedding_inputs} per request (server.max_embedding_inputs): send "
+                          "them in smaller batches", "input", "too_many_inputs")
     if req.dimensions is not None:
         native = state.engine.embedding_dim(params.model)
         if req.dimensions != native:
