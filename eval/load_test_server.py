@@ -1,7 +1,10 @@
 """Load test of orthrus-rag-serve: many concurrent mixed embedding and chat requests, all of which must succeed.
 
 Starts the server on a free loopback port (the shipped models unless told otherwise), sends every request at
-once, and prints requests/s and latency percentiles per endpoint. Exits non-zero when any request failed.
+once, and prints requests/s and latency percentiles per endpoint. Exits non-zero when any request failed. The
+requests all come from one address, so the server it starts admits that many at once from one client
+(`server.max_concurrent_per_key`, `server.max_connections`); a server given with --url keeps its own limits and
+answers 429 past them.
 
     python eval/load_test_server.py --requests 500 --max-tokens 16
     python eval/load_test_server.py --model /models/Qwen3-0.6B --override runtime.dtype=float32
@@ -42,7 +45,8 @@ def started_server(args: argparse.Namespace):
         port = free.getsockname()[1]
     command = [sys.executable, "-m", "orthrus_rag.serving.cli", f"model.name={args.model}",
                f"embedder.name={args.embedder}", "server.host=127.0.0.1", f"server.port={port}",
-               "server.rag.enabled=false", "server.log_level=warning", *args.override]
+               "server.rag.enabled=false", "server.log_level=warning", f"server.max_concurrent_per_key={args.requests}",
+               f"server.max_connections={args.requests + 8}", *args.override]
     print("starting:", " ".join(command[1:]), flush=True)
     child = subprocess.Popen(command, cwd=REPO)
     try:

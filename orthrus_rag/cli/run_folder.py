@@ -52,7 +52,8 @@ def earlier_runs(log: PredictionLog, settings: dict[str, Any], resume: bool | st
     except LogFormatError as error:
         raise UserError(str(error)) from None
     for number, why in contents.skipped:
-        print(f"orthrus-rag: warning: line {number} of {log.path} is {why}: skipped, its question is asked again", file=sys.stderr)
+        print(f"orthrus-rag: warning: line {number} of {log.path} is {why}: skipped, its question is asked again",
+              file=sys.stderr)
     if contents.rows and not resume:
         raise UserError(f"{folder} already holds {len(contents.rows)} answers ({log.path.name}): add resume=true to "
                         "finish that run, give this one its own hydra.run.dir, or add overwrite=true to discard them")
