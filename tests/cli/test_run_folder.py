@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.predictions import PredictionLog
 from orthrus_rag.cli.run import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,21 @@ def test_a_resume_with_a_smaller_limit_keeps_the_other_answers(app, tmp_path, ca
     results = app("dataset.limit=5", "resume=true")
     assert results["n"] == 5 and rows(folder)[:4] == four and len(rows(folder)) == 5
     assert results["resumed"]["answered_before"] == 4 and results["resumed"]["answered_now"] == 1
+
+
+def test_the_other_answers_are_on_disk_while_a_smaller_resumed_run_asks(app, tmp_path, monkeypatch):
+    """A run killed while it asks again loses no answer it did not write: the rows outside its selection are in the
+    log from its start, not only once it ends."""
+    folder = tmp_path / "run"
+    app("dataset.limit=4")
+    four = rows(folder)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in four[1:]), encoding="utf-8")
+    on_disk = []
+    append = PredictionLog.append
+    monkeypatch.setattr(PredictionLog, "append", lambda log, row: (on_disk.append(ids(folder)), append(log, row)))
+    app("dataset.limit=2", "resume=true")
+    assert on_disk == [[r["id"] for r in four[1:]]]  # asked q0 again with q1, q2 and q3 already kept on disk
+    assert sorted(ids(folder)) == sorted(r["id"] for r in four)
 
 
 def test_a_rerun_without_resume_is_refused_and_overwrite_starts_again(app, tmp_path, capsys):
