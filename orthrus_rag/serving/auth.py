@@ -11,7 +11,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from orthrus_rag.serving.errors import APIError
 
 
-
 def has_key(authorization: str, expected: str) -> bool:
     """Whether an Authorization header's value is `Bearer <expected>` (the scheme in any case)."""
     scheme, _, token = authorization.partition(" ")
