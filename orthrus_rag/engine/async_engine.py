@@ -116,6 +116,10 @@ class AsyncEngine(contextlib.AbstractAsyncContextManager):  # `async with AsyncE
         first; safe to call from any thread."""
         return self.engine.step_log.since(since, limit)
 
+    def step_logs(self, since: int = 0, limit: int | None = None) -> dict[str, list[StepRecord]]:
+        """`steps`, under this engine's name (`engine`): the shape the server's step view takes, one list per engine."""
+        return {"engine": self.steps(since, limit)}
+
     def embedding_dim(self, model: str | None = None) -> int:
         embedder = self.engine.embedder
         return self.engine.runner.hidden_size if model == "backbone" or embedder is None else embedder.dim

@@ -1,4 +1,5 @@
-"""`create_app`: the FastAPI application in front of one AsyncEngine."""
+"""`create_app`: the FastAPI application in front of one engine (a ServedEngine: an AsyncEngine or Ray Serve's
+replicas)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,6 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.auth import AuthMiddleware
 from orthrus_rag.serving.body_limit import BodyLimitMiddleware
 from orthrus_rag.serving.disconnect import DisconnectMiddleware
@@ -18,6 +18,7 @@ from orthrus_rag.serving.limits import LimitsMiddleware
 from orthrus_rag.serving.metrics import MetricsMiddleware, ServerMetrics
 from orthrus_rag.serving.examples import Examples
 from orthrus_rag.serving.openapi import API_ERRORS, install_openapi
+from orthrus_rag.serving.served_engine import ServedEngine
 from orthrus_rag.serving.routes import chat, completions, embeddings, system
 from orthrus_rag.serving.routes import rag as rag_route
 from orthrus_rag.serving.routes.web import install_web
@@ -25,7 +26,7 @@ from orthrus_rag.serving.settings import ServerSettings, served_name
 from orthrus_rag.serving.state import RagFn, ServerState
 
 
-def create_app(engine: AsyncEngine, settings: ServerSettings | None = None, rag: RagFn | None = None, *,
+def create_app(engine: ServedEngine, settings: ServerSettings | None = None, rag: RagFn | None = None, *,
                examples: Examples | None = None, owns_engine: bool = True) -> FastAPI:
     """The app; on shutdown (after in-flight requests finish) it shuts the engine down when it `owns_engine`.
     `examples`: the web page's example questions, already loaded (None: loaded here, as `settings.ui` says)."""

@@ -95,14 +95,15 @@ def board_name(app_name: str) -> str:
 
 # ---- the ingress's engine -------------------------------------------------------------------------------------------
 class ReplicaClient:
-    """The engine as the routes see it (EngineLike, plus `stream_outputs`, `embedding_dim`, `config`,
-    `context_length`), each call forwarded to one engine replica through Ray Serve; also the Prometheus collector of
-    the per-replica families."""
+    """The engine as the server sees it (a ServedEngine), each call forwarded to one engine replica through Ray
+    Serve; also the Prometheus collector of the per-replica families. Made in a running event loop: it polls the
+    stats actor from then on, until `shutdown`."""
 
     def __init__(self, handle: DeploymentHandle, spec: ReplicaSpec, info: ReplicaInfo, board: Any, live: tuple):
         self.handle, self.config, self.board = handle, spec.plan.engine, board
         self.tokenizer, self._dims, self.context_length = info.tokenizer, info.embedding_dims, info.context_length
-        self.replica_stats, self._steps = live  # as StatsBoard.live returns them, refreshed by poll_stats
+        self.replica_stats, self._steps = live  # as StatsBoard.live returns them, refreshed by _poll_stats
+        self._poller = asyncio.get_running_loop().create_task(self._poll_stats())
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None) -> GenerateOutput:
         return await self._call(self.handle.generate.remote(prompt, params or SamplingParams()))
@@ -136,7 +137,7 @@ class ReplicaClient:
         """The replicas' counters, summed, as of the last poll (every STATS_PERIOD_S)."""
         return summed_stats(list(self.replica_stats.values()))
 
-    def replica_steps(self, since: int = 0, limit: int | None = None) -> dict[str, list[StepRecord]]:
+    def step_logs(self, since: int = 0, limit: int | None = None) -> dict[str, list[StepRecord]]:
         """Each replica's last engine steps with an id above `since` (the newest `limit`), as of the last poll."""
         return {name: newer_than(steps, since, limit) for name, steps in self._steps.items()}
 
@@ -153,7 +154,11 @@ class ReplicaClient:
         yield running
         yield steps
 
-    async def poll_stats(self) -> None:
+    def shutdown(self) -> None:
+        """Stop polling, from any thread (the replicas' engines stop when Ray Serve deletes the application)."""
+        self._poller.get_loop().call_soon_threadsafe(self._poller.cancel)
+
+    async def _poll_stats(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # a restarting stats actor: keep the last counters
                 self.replica_stats, self._steps = await self.board.live.remote(STATS_MAX_AGE_S)
@@ -260,9 +265,7 @@ class OpenAIIngress:
         while len((live := await board.live.remote(STATS_MAX_AGE_S))[0]) < self.settings.replicas:
             await asyncio.sleep(STATS_PERIOD_S)
         client = ReplicaClient(self.engine, self.spec, await self.engine.info.remote(), board, live)
-        self._poller = asyncio.get_running_loop().create_task(client.poll_stats())
-        app = create_app(client, self.settings, client.rag if self.spec.rag else None, examples=self.examples,
-                         owns_engine=False)
+        app = create_app(client, self.settings, client.rag if self.spec.rag else None, examples=self.examples)
         app.state.server.metrics.registry.register(client)
         return app
 

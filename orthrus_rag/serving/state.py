@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.rag.types import Answer
 from orthrus_rag.serving.examples import Examples
 from orthrus_rag.serving.metrics import ServerMetrics
+from orthrus_rag.serving.served_engine import ServedEngine
 from orthrus_rag.serving.settings import ServerSettings
 
 RagFn = Callable[[str, "str | None"], Awaitable[Answer]]  # (question, pipeline name or None) -> the answer
@@ -17,7 +17,7 @@ RagFn = Callable[[str, "str | None"], Awaitable[Answer]]  # (question, pipeline 
 
 @dataclass
 class ServerState:
-    engine: AsyncEngine
+    engine: ServedEngine  # AsyncEngine, or the Ray Serve replicas' client
     settings: ServerSettings
     metrics: ServerMetrics
     generator_name: str

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from orthrus_rag.engine import AsyncEngine
 from orthrus_rag.serving.errors import APIError
 from orthrus_rag.serving.openapi import UNAUTHORIZED, UNAVAILABLE
 from orthrus_rag.serving.responses import EngineSteps, Health, ModelCard, ModelList, ReplicaSteps
@@ -26,8 +25,7 @@ async def engine_steps(since: int = Query(0, ge=0, description="only steps with 
                        state: ServerState = Depends(get_state)) -> EngineSteps:
     """Each engine's steps with an id above `since`, oldest first (ids count each engine's steps from 1). With
     Ray Serve replicas, one list per replica, as of the replicas' last report."""
-    by_engine = ({"engine": state.engine.steps(since, limit)} if isinstance(state.engine, AsyncEngine)
-                 else state.engine.replica_steps(since, limit))
+    by_engine = state.engine.step_logs(since, limit)
     return EngineSteps(replicas=[ReplicaSteps(replica=name, steps=steps) for name, steps in sorted(by_engine.items())])
 
 
