@@ -20,10 +20,13 @@ RETRIEVAL_MODES: tuple[str, ...] = get_args(RetrievalMode)
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """For hybrid: `rrf_k` (the constant k of 1 / (k + rank)) and `candidates` (passages each side ranks before
+    """`index.retrieval`, `index.rrf_k` and `index.candidates`: their one default each (IndexSpec takes them from
+    here). For hybrid: `rrf_k` (the constant k of 1 / (k + rank)) and `candidates` (passages each side ranks before
     fusion; at least the k a pipeline asks for)."""
 
-    mode: RetrievalMode = "dense"
+    # dense | bm25 | hybrid: the embedder's index, BM25 over the corpus text, or both fused by rank (the default,
+    # chosen on 2Wiki dev recall: docs/results.md, docs/experiments.md#hybrid-retrieval)
+    mode: RetrievalMode = "hybrid"
     rrf_k: float = RRF_K
     candidates: int = CANDIDATES
 
@@ -46,8 +49,8 @@ class SearchIndexes:
     """The indexes one retrieval mode searches: the dense index, the BM25 index, or both."""
 
     dense: DenseIndex | None
-    bm25: BM25Index | None = None
-    settings: RetrievalSettings = RetrievalSettings()
+    bm25: BM25Index | None
+    settings: RetrievalSettings
 
 
 def make_retriever(engine: EngineLike, indexes: SearchIndexes, embedding: EmbeddingRecipe) -> Retriever:

@@ -19,7 +19,6 @@ from omegaconf import DictConfig
 from orthrus_rag.engine import (AsyncEngine, EngineConfig, EngineError, EngineLike, InvalidRequestError,
                                 PoolingParams)
 from orthrus_rag.engine.lora import check_adapter_config
-from orthrus_rag.engine.policy import make_policy
 from orthrus_rag.files import cache_dir
 from orthrus_rag.models import ModelNotFoundError, resolve_adapter_path
 from orthrus_rag.models.device import cpu_flags, resolve_dtype
@@ -40,9 +39,7 @@ class IndexSpec:
     folder: str | None = None
     batch_size: int = 64  # passages embedded concurrently while building
     device: Literal["auto", "cpu", "cuda"] = "auto"  # where it searches (auto = cuda when available)
-    # dense | bm25 | hybrid: the embedder's index, BM25 over the corpus text, or both fused by rank (the default,
-    # chosen on 2Wiki dev recall: docs/results.md, docs/experiments.md#hybrid-retrieval)
-    retrieval: RetrievalMode = "hybrid"
+    retrieval: RetrievalMode = RetrievalSettings.mode  # dense | bm25 | hybrid (orthrus_rag/retrieval.py)
     rrf_k: float = RetrievalSettings.rrf_k  # hybrid: k in 1 / (k + rank), the usual 60
     candidates: int = RetrievalSettings.candidates  # hybrid: passages each side ranks (at least the k asked for)
 
@@ -158,10 +155,8 @@ def _engine_config(cfg: DictConfig) -> EngineConfig:
     runtime["embedding_adapter"] = _adapter_folder(cfg)
     with user_errors(ValueError):
         cpu_flags()  # a bad ORTHRUS_CPU_MAX_ISA fails here, before anything loads
-    config = EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
     with user_errors(InvalidRequestError):
-        config.validate()
-        make_policy(config)
+        config = EngineConfig(generator=cfg.model.name, embedder=cfg.embedder.name, **runtime)
     with user_errors(ValueError, prefix="runtime.dtype: "):
         dtype = resolve_dtype(config.dtype, config.device)
     return dataclasses.replace(config, dtype=str(dtype).removeprefix("torch."))

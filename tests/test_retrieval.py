@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.rag import DenseRetriever
 from orthrus_rag.rag.retriever import BM25Retriever, HybridRetriever, reciprocal_rank_fusion
-from orthrus_rag.retrieval import RetrievalSettings, SearchIndexes
+from orthrus_rag.retrieval import RetrievalSettings
 from orthrus_rag.settings import SettingError, UserError
 from orthrus_rag.stack import StackPlan
 
@@ -95,8 +95,12 @@ def test_bad_fusion_settings_are_user_errors(config, corpus, tmp_path, settings,
         plan(config, corpus, tmp_path, retrieval="hybrid", **settings)
 
 
-def test_settings_default_to_dense():
-    assert SearchIndexes(None).settings == RetrievalSettings("dense", 60, 15)
+def test_the_index_group_takes_its_retrieval_defaults_from_the_settings():
+    from orthrus_rag.stack import IndexSpec
+
+    spec = IndexSpec()
+    assert RetrievalSettings() == RetrievalSettings("hybrid", 60, 15)
+    assert (spec.retrieval, spec.rrf_k, spec.candidates) == ("hybrid", 60, 15)
 
 
 async def test_the_servers_index_group_reaches_the_retriever(engine, config, corpus, tmp_path):

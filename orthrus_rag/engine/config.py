@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orthrus_rag.engine.errors import InvalidRequestError
+from orthrus_rag.engine.policy import POLICIES
 
 ATTENTION_BACKENDS = ("sdpa_in_place", "flash_attn_paged", "vllm_cpu")  # see engine/attention.py
 
@@ -45,7 +46,9 @@ class EngineConfig:
     embed_min_share: float = 0.5  # for `adaptive`: least share of new-work room for waiting embeddings
     embedder_token_cost: float | None = None  # embedder token's cost in generator tokens; None: adaptive measures it
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        """Every value checked once, here: a bad one is an InvalidRequestError naming its `runtime.` key, raised
+        before anything loads (dataclasses.replace checks the copy it makes)."""
         for names, valid, must in CHECKS:
             for name in names:
                 if not valid(getattr(self, name)):
@@ -60,6 +63,7 @@ class EngineConfig:
 CHECKS: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
     (("attention_backend",), lambda v: v in ("auto", *ATTENTION_BACKENDS),
      f"must be auto or one of {list(ATTENTION_BACKENDS)}, got {{!r}}"),
+    (("policy",), lambda v: v in POLICIES, f"must be one of {sorted(POLICIES)}, got {{!r}}"),
     (("load_format",), lambda v: v in ("auto", "dummy"), "must be auto or dummy, got {!r}"),
     (("device",), lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(v)) is not None,
      "must be auto, cpu, cuda or cuda:N (N a GPU's index), got {!r}"),

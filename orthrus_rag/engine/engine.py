@@ -61,8 +61,7 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
-        config.validate()
-        policy = make_policy(config)  # an unknown policy fails before the models load
+        policy = make_policy(config)
         self.config = config
         self.runner = ModelRunner(config)
         self.tokenizer = self.runner.tokenizer

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.sequence import Kind
 
 if TYPE_CHECKING:
@@ -36,10 +35,7 @@ def register_policy(name: str) -> Callable[[P], P]:
 
 
 def make_policy(config: EngineConfig) -> Policy:
-    """The policy `config.policy` names; an unknown name is an InvalidRequestError."""
-    if config.policy not in POLICIES:
-        raise InvalidRequestError(f"runtime.policy must be one of {sorted(POLICIES)}, got {config.policy!r}",
-                                  "policy")
+    """The policy `config.policy` names (EngineConfig checked the name)."""
     policy = POLICIES[config.policy].from_config(config)
     policy.fixed_ratio = config.embedder_token_cost
     return policy
@@ -142,8 +138,8 @@ class AlternatingPolicy(Policy):
 
 @register_policy("adaptive")
 class AdaptivePolicy(Policy):
-    def __init__(self, step_time_target_s: float | None, min_new_tokens: int, embed_min_share: float = 0.5,
-                 step_tokens: int = 512):
+    def __init__(self, step_time_target_s: float | None, min_new_tokens: int, embed_min_share: float,
+                 step_tokens: int):
         self.target = step_time_target_s
         self.step_tokens = step_tokens  # B: max_num_batched_tokens
         self.min_share = embed_min_share

@@ -135,7 +135,7 @@ def test_engine_runs_dummy_models_and_load_format_is_validated():
     assert len(results["g"].token_ids) == 4
     assert results["e"].embedding.shape[-1] == 32 and results["b"].embedding.shape[-1] == 64
     with pytest.raises(InvalidRequestError, match="load_format must be auto or dummy"):
-        EngineConfig(load_format="random").validate()
+        EngineConfig(load_format="random")
 
 
 def test_dummy_adapter_changes_backbone_embeddings_only():
