@@ -24,6 +24,7 @@ from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
 from orthrus_rag.engine.scheduler import Scheduler
 from orthrus_rag.engine.sequence import Kind, Sequence
 from orthrus_rag.engine.step_log import StepLog, StepRecord
+from orthrus_rag.engine.tokenize import encode_text
 
 
 @dataclass
@@ -217,18 +218,7 @@ class LLMEngine:
     # ---- validation -----------------------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt, on_backbone: bool) -> list[int]:
         if isinstance(prompt, str):
-            if not prompt.strip():
-                raise InvalidRequestError("the input is empty; send at least one non-blank character", "input")
-            try:
-                prompt.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise InvalidRequestError(f"the input is not valid Unicode text (a lone surrogate at character "
-                                          f"{err.start}); send UTF-8 text", "input") from None
-            ids = self.tokenizer.encode(prompt) if on_backbone else self.embedder.tokenize(prompt)
-            if not ids:
-                raise InvalidRequestError("the input has no tokens (the tokenizer drops every character in it); "
-                                          "send text with at least one word", "input")
-            return ids
+            return encode_text(self.tokenizer.encode if on_backbone else self.embedder.tokenize, prompt)
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise InvalidRequestError("the input must be a non-empty string or a non-empty list of token ids", "input")
         vocab = self.vocab_size if on_backbone else self.embedder.vocab_size

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from orthrus_rag.engine import GenerateOutput, SamplingParams
 from orthrus_rag.engine.async_engine import OFF_THREAD_CHARS
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.engine.protocol import Prompt
+from orthrus_rag.engine.tokenize import encode_text
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.requests import SamplingRequest
 from orthrus_rag.serving.responses import Usage
@@ -35,29 +37,32 @@ def new_call(state: ServerState, prefix: str, model: str | None) -> Call:
     return Call(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), state.generator_name)
 
 
-async def sampling_params(state: ServerState, req: SamplingRequest, prompt: Prompt,
-                          max_tokens: int | None) -> SamplingParams:
-    """The request's sampling settings; without the client's max_tokens, `default_max_tokens`."""
+async def engine_request(state: ServerState, req: SamplingRequest, prompt: Prompt,
+                         max_tokens: int | None) -> tuple[Prompt, SamplingParams]:
+    """The prompt as the engine gets it, and the request's sampling settings (the engine checks them). Without the
+    client's max_tokens, `default_max_tokens` needs the prompt's length: a text prompt is tokenised here and its
+    ids go to the engine, so it is tokenised once."""
     if max_tokens is None:
-        max_tokens = await default_max_tokens(state, prompt)
+        prompt = await token_ids(state, prompt)
+        max_tokens = default_max_tokens(state, len(prompt))
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    params = SamplingParams(max_tokens=max_tokens,
-                            temperature=1.0 if req.temperature is None else req.temperature,
-                            top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k, seed=req.seed,
-                            stop=stop, ignore_eos=req.ignore_eos)
-    params.validate()  # InvalidRequestError: a 400 naming the field (errors.as_api_error), before anything starts
-    return params
+    return prompt, SamplingParams(max_tokens=max_tokens,
+                                  temperature=1.0 if req.temperature is None else req.temperature,
+                                  top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k, seed=req.seed,
+                                  stop=stop, ignore_eos=req.ignore_eos)
 
 
-async def default_max_tokens(state: ServerState, prompt: Prompt) -> int:
-    """The server's default cut to the room the prompt leaves in the context; a prompt that leaves no room is refused
-    without blaming a max_tokens the client did not send."""
+async def token_ids(state: ServerState, prompt: Prompt) -> list[int]:
+    """A text prompt tokenised as the engine does (a long one off the event loop); token ids as they are."""
     if isinstance(prompt, list):
-        used = len(prompt)
-    elif len(prompt) >= OFF_THREAD_CHARS:  # tokenised as the engine does; a long text off the event loop
-        used = len(await asyncio.to_thread(state.engine.tokenizer.encode, prompt))
-    else:
-        used = len(state.engine.tokenizer.encode(prompt))
+        return prompt
+    encode = functools.partial(encode_text, state.engine.tokenizer.encode, prompt)
+    return await asyncio.to_thread(encode) if len(prompt) >= OFF_THREAD_CHARS else encode()
+
+
+def default_max_tokens(state: ServerState, used: int) -> int:
+    """The server's default cut to the room a prompt of `used` tokens leaves in the context; a prompt that leaves no
+    room is refused without blaming a max_tokens the client did not send."""
     room = state.engine.context_length - used
     if room < 1:
         raise bad_request(f"the input ({used} tokens) leaves no room for output in the model's context length "

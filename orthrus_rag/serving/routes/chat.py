@@ -10,7 +10,7 @@ from jinja2 import TemplateError
 from orthrus_rag.engine.output import StepOutput
 from orthrus_rag.rag.reasoner import apply_chat_template
 from orthrus_rag.serving.errors import bad_request
-from orthrus_rag.serving.generation import Call, new_call, open_stream, sampling_params, usage_of
+from orthrus_rag.serving.generation import Call, engine_request, new_call, open_stream, usage_of
 from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import ChatCompletionRequest, ChatMessage
 from orthrus_rag.serving.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -32,7 +32,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request, state: 
                           "messages", "too_many_messages")
     prompt = render_chat(state.engine.tokenizer, req.messages)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = await sampling_params(state, req, prompt, max_tokens)
+    prompt, params = await engine_request(state, req, prompt, max_tokens)
     if req.stream:
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
     out = await state.engine.generate(prompt, params)

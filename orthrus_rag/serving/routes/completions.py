@@ -7,7 +7,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Depends, Request
 
 from orthrus_rag.engine.output import StepOutput
-from orthrus_rag.serving.generation import Call, new_call, open_stream, sampling_params, usage_of
+from orthrus_rag.serving.generation import Call, engine_request, new_call, open_stream, usage_of
 from orthrus_rag.serving.openapi import EVENT_STREAM
 from orthrus_rag.serving.requests import CompletionRequest
 from orthrus_rag.serving.responses import CompletionChoice, CompletionResponse
@@ -24,7 +24,7 @@ async def completions(req: CompletionRequest, request: Request, state: ServerSta
     shorten_deadline(request, req.timeout)
     call = new_call(state, "cmpl", req.model)
     prompt = split_inputs(req.prompt)[0]  # one prompt: the schema allows no more
-    params = await sampling_params(state, req, prompt, req.max_tokens)
+    prompt, params = await engine_request(state, req, prompt, req.max_tokens)
     if req.stream:
         return sse_response(_chunks(call, await open_stream(state, prompt, params), req.include_usage))
     out = await state.engine.generate(prompt, params)
