@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from eval.markdown import markdown_table
+from orthrus_rag.eval.markdown import markdown_table
 from orthrus_rag.files import write_atomic
 from orthrus_rag.launch import CONF_DIR
 
@@ -264,7 +264,7 @@ def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
              "latency in seconds and q/s questions per second over the run.", "",
              *(fact_line(label, [fact(row.results) for row in rows]) for label, fact in FACTS), timing_fact(rows), "",
              markdown_table(HEADER, [table_row(rank, row) for rank, row in enumerate(rows, 1)]), *type_table(rows)]
-    command = "python -m eval.leaderboard" + ("" if board.name == "smollm2" else f" --board {board.name}")
+    command = "python -m orthrus_rag.eval.leaderboard" + ("" if board.name == "smollm2" else f" --board {board.name}")
     lines += ["", f"Each row's settings live in `conf/experiment/{board.rows}/` (shared ones in `_pinned.yaml`) and "
               f"its results in `{board.results}/<row>.json`. `{command}` reruns every row one after another and "
               f"rebuilds this file; `{command} --from-results {board.results}` rebuilds it from the committed "
@@ -273,7 +273,7 @@ def render(rows: list[Row], board: Board = BOARDS["smollm2"]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m eval.leaderboard", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m orthrus_rag.eval.leaderboard", description=__doc__.split("\n")[0])
     parser.add_argument("--board", choices=sorted(BOARDS), default="smollm2",
                         help="which leaderboard: its rows folder, results folder and Markdown file")
     parser.add_argument("--from-results", type=Path, help="read results files under this folder; run nothing")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from eval.datasets import DatasetSpec
+    from orthrus_rag.eval.datasets import DatasetSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def data_facts(spec: DatasetSpec, answered: int) -> dict[str, Any]:
 
 def question_counts(path: str | Path, split: str | None) -> dict[str, int | None]:
     """`split_size` (questions in the split) and `total` (questions in the file); None for Hugging Face ids."""
-    from eval.datasets import HF_PREFIX, read_rows, select_split
+    from orthrus_rag.eval.datasets import HF_PREFIX, read_rows, select_split
 
     if not str(path).startswith(HF_PREFIX):
         with contextlib.suppress(Exception):  # facts for the report only: an unreadable source leaves them unknown
@@ -99,7 +99,7 @@ def question_counts(path: str | Path, split: str | None) -> dict[str, int | None
 def corpus_facts(path: str | Path | None) -> dict[str, Any]:
     """`passages` and `fingerprint` (a digest of ids, titles and texts: equal for equal corpora in equal order)."""
     with contextlib.suppress(Exception):  # facts for the report only: an unreadable corpus leaves them unknown
-        from indexes import corpus_fingerprint, load_corpus
+        from orthrus_rag.indexes import corpus_fingerprint, load_corpus
 
         passages = load_corpus(path)
         return {"passages": len(passages), "fingerprint": corpus_fingerprint(passages)}

@@ -17,8 +17,8 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
-from indexes.corpus import corpus_fingerprint
-from indexes.manifest import check_corpus
+from orthrus_rag.indexes.corpus import corpus_fingerprint
+from orthrus_rag.indexes.manifest import check_corpus
 from orthrus_rag.rag.types import Passage
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its build notes reach the console

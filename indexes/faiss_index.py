@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from indexes.corpus import corpus_fingerprint
-from indexes.manifest import MANIFEST_FILE, IndexManifest, IndexMismatchError, check_corpus
-from indexes.placement import TorchFlatSearch, faiss_module, place
+from orthrus_rag.indexes.corpus import corpus_fingerprint
+from orthrus_rag.indexes.manifest import MANIFEST_FILE, IndexManifest, IndexMismatchError, check_corpus
+from orthrus_rag.indexes.placement import TorchFlatSearch, faiss_module, place
 from orthrus_rag.rag.types import Passage
 
 INDEX_FILE = "index.faiss"

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from indexes.corpus import corpus_fingerprint
+from orthrus_rag.indexes.corpus import corpus_fingerprint
 from orthrus_rag.rag.types import Passage
 
 MANIFEST_FILE = "manifest.json"

@@ -31,8 +31,8 @@ def register_defaults() -> None:
     """The dataclasses' defaults as configs the YAML files start from, so each default is written once
     (docs/architecture.md#configuration)."""
     from orthrus_rag.engine import EngineConfig
-    from orthrus_rag.stack import IndexSpec
-    from pipelines import PIPELINES
+    from orthrus_rag.index_plan import IndexSpec
+    from orthrus_rag.pipelines import PIPELINES
 
     store = ConfigStore.instance()
     store.store(group="runtime", name="engine_defaults", node=settings_node(EngineConfig, ("generator", "embedder")))

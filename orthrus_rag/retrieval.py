@@ -9,8 +9,8 @@ from orthrus_rag.rag.retriever import (CANDIDATES, RRF_K, BM25Retriever, DenseRe
                                        check_fusion)
 
 if TYPE_CHECKING:
-    from indexes import DenseIndex
-    from indexes.bm25_index import BM25Index
+    from orthrus_rag.indexes import DenseIndex
+    from orthrus_rag.indexes.bm25_index import BM25Index
     from orthrus_rag.engine import EngineLike
     from orthrus_rag.rag.embedding import EmbeddingRecipe
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from orthrus_rag.rag import Pipeline, Reasoner, Retriever
 from orthrus_rag.settings import check_settings
-from pipelines.ircot import IRCoT
-from pipelines.iter_retgen import IterRetGen
-from pipelines.no_retrieval import NoRetrieval
-from pipelines.self_ask import SelfAsk
-from pipelines.standard_rag import StandardRAG
+from orthrus_rag.pipelines.ircot import IRCoT
+from orthrus_rag.pipelines.iter_retgen import IterRetGen
+from orthrus_rag.pipelines.no_retrieval import NoRetrieval
+from orthrus_rag.pipelines.self_ask import SelfAsk
+from orthrus_rag.pipelines.standard_rag import StandardRAG
 
 PIPELINES: dict[str, type[Pipeline]] = {
     "no_retrieval": NoRetrieval,

@@ -39,7 +39,7 @@ from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer, find_answer
 from orthrus_rag.rag.answer import clean_answer, first_sentence
 from orthrus_rag.rag.reasoner import Message
-from pipelines.prompts import load_demos, load_prompt
+from orthrus_rag.pipelines.prompts import load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
 ANSWER_FROM = ("reader", "chain", "conclude")

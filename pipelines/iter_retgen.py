@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer
-from pipelines.prompts import load_demos, load_prompt
+from orthrus_rag.pipelines.prompts import load_demos, load_prompt
 
 
 @dataclass(kw_only=True)

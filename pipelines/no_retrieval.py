@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Pipeline, extract_answer
-from pipelines.prompts import load_demos, load_prompt
+from orthrus_rag.pipelines.prompts import load_demos, load_prompt
 
 
 @dataclass(kw_only=True)

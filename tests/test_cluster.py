@@ -13,7 +13,7 @@ from orthrus_rag.cluster import import_ray, summed_stats
 from orthrus_rag.settings import UserError
 
 SINGLE_PROCESS = ["orthrus_rag.serving.app", "orthrus_rag.serving.cli", "orthrus_rag.serving.lifecycle",
-                  "orthrus_rag.cli.run", "eval.leaderboard", "orthrus_rag.cluster"]
+                  "orthrus_rag.cli.run", "orthrus_rag.eval.leaderboard", "orthrus_rag.cluster"]
 
 
 def test_single_process_modules_do_not_import_ray():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("orthrus_rag", "pipelines", "indexes", "eval")
+FOLDERS = ("orthrus_rag", "pipelines", "indexes", "eval")  # the last three install as orthrus_rag.<folder> (setup.py)
 # lowest first; a file belongs to the first entry that is its path or a folder above it
 LAYERS: list[tuple[str, ...]] = [
     ("orthrus_rag/settings.py", "orthrus_rag/files.py", "orthrus_rag/demo/", "orthrus_rag/__init__.py"),
@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("orthrus_rag/rag/",),
     ("indexes/", "pipelines/", "orthrus_rag/training/"),
     ("orthrus_rag/retrieval.py",),
+    ("orthrus_rag/engine_plan.py", "orthrus_rag/index_plan.py"),
     ("orthrus_rag/stack.py", "orthrus_rag/cluster.py", "orthrus_rag/launch.py"),
     ("eval/",),  # datasets, metrics, benchmarks, reports, the leaderboard
     ("orthrus_rag/cli/",),  # orthrus-rag, -index, -train-adapter
@@ -27,11 +28,12 @@ LAYERS: list[tuple[str, ...]] = [
 
 
 def source_files() -> list[Path]:
-    return sorted(f for package in PACKAGES for f in (ROOT / package).rglob("*.py"))
+    return sorted(f for folder in FOLDERS for f in (ROOT / folder).rglob("*.py"))
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = parts if parts[0] == "orthrus_rag" else ["orthrus_rag", *parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -67,10 +69,10 @@ def imports(path: Path) -> set[Path]:
     found: set[Path | None] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {resolve(a.name) for a in node.names if a.name.split(".")[0] in PACKAGES}
+            found |= {resolve(a.name) for a in node.names if a.name.split(".")[0] == "orthrus_rag"}
         elif isinstance(node, ast.ImportFrom):
             base = base_module(path, node)
-            if base and base.split(".")[0] in PACKAGES:
+            if base and base.split(".")[0] == "orthrus_rag":
                 found |= {resolve(base, a.name) for a in node.names}
     return {f for f in found if f is not None and f != path}
 

@@ -96,7 +96,7 @@ def test_bad_fusion_settings_are_user_errors(config, corpus, tmp_path, settings,
 
 
 def test_the_index_group_takes_its_retrieval_defaults_from_the_settings():
-    from orthrus_rag.stack import IndexSpec
+    from orthrus_rag.index_plan import IndexSpec
 
     spec = IndexSpec()
     assert RetrievalSettings() == RetrievalSettings("hybrid", 60, 15)

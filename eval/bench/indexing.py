@@ -10,7 +10,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from eval.markdown import markdown_table
+from orthrus_rag.eval.markdown import markdown_table
 from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.settings import UserError, plain, typed
@@ -33,7 +33,7 @@ async def _prefill_all(engine: AsyncEngine, texts: list[str], in_flight: int) ->
 async def measure(config: EngineConfig, embedding: EmbeddingRecipe, passages: list[Passage], batch_size: int,
                   rounds: int) -> list[dict]:
     """`rounds` pairs of (index, prefill) runs over `passages`, each on a fresh engine (cold prefix cache)."""
-    from indexes.build import embed_passages, engine_embedder
+    from orthrus_rag.indexes.build import embed_passages, engine_embedder
 
     results = []
     for r in range(rounds):
@@ -83,7 +83,7 @@ def indexing_bench(cfg) -> dict:
     """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_indexing_table`)."""
     from hydra.utils import to_absolute_path
 
-    from eval.bench.runner import machine_info
+    from orthrus_rag.eval.bench.runner import machine_info
     from orthrus_rag.stack import StackPlan
 
     workload = typed(IndexingWorkload, cfg.workload, "workload")

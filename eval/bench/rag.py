@@ -12,10 +12,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.bench.metrics import Call
-from eval.bench.rag_metrics import RunData, headline, ratios, summarize_run
-from eval.bench.runner import engine_delta, machine_info, mode_threads, on_fresh_backend, ran_dtype
-from eval.load import Load
+from orthrus_rag.eval.bench.metrics import Call
+from orthrus_rag.eval.bench.rag_metrics import RunData, headline, ratios, summarize_run
+from orthrus_rag.eval.bench.runner import engine_delta, machine_info, mode_threads, on_fresh_backend, ran_dtype
+from orthrus_rag.eval.load import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
 from orthrus_rag.stack import StackPlan
 
@@ -43,7 +43,7 @@ class RagWorkload:
 @dataclass
 class RagSetup:
     plan: StackPlan  # the engine config, embedding recipe, index and the one pipeline every mode runs
-    questions: list  # list[eval.datasets.Question]
+    questions: list  # list[orthrus_rag.eval.datasets.Question]
     workload: RagWorkload = field(default_factory=RagWorkload)
 
 

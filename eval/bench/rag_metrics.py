@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eval.bench.metrics import BASELINES, Call, latency_stats, percentile
-from eval.load import Load
-from eval.metrics import aggregate, score_answers
+from orthrus_rag.eval.bench.metrics import BASELINES, Call, latency_stats, percentile
+from orthrus_rag.eval.load import Load
+from orthrus_rag.eval.metrics import aggregate, score_answers
 
 TOKEN_KINDS = ("decode", "prefill", "embed")
 RAW_KEYS = ("latencies_s", "timeline", "predictions")

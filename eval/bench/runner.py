@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
-from eval.bench.metrics import MODES, Call, counter_delta, ratios, summarize
-from eval.bench.workload import Request, make_requests
-from eval.markdown import cell
-from eval.run_info import cpu_model
+from orthrus_rag.eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
+from orthrus_rag.eval.bench.metrics import MODES, Call, counter_delta, ratios, summarize
+from orthrus_rag.eval.bench.workload import Request, make_requests
+from orthrus_rag.eval.markdown import cell
+from orthrus_rag.eval.run_info import cpu_model
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
 from orthrus_rag.models import resolve_dtype, usable_cores
 

@@ -1,8 +1,8 @@
 """What the engine's step log (GET /v1/engine/steps, the web page's engine view) costs: the time spent building and
 appending one step's record, against the time of the step itself, on the shipped models under full load.
 
-    python -m eval.bench.step_log_cost                      # 48 generations and 96 embeddings at once
-    python -m eval.bench.step_log_cost --requests 16 --dtype float32
+    python -m orthrus_rag.eval.bench.step_log_cost                      # 48 generations and 96 embeddings at once
+    python -m orthrus_rag.eval.bench.step_log_cost --requests 16 --dtype float32
 
 Prints the median and p99 record time, the median step time, and their ratio.
 """
@@ -13,7 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from eval.bench.metrics import percentile
+from orthrus_rag.eval.bench.metrics import percentile
 from orthrus_rag.engine import EngineConfig, LLMEngine, PoolingParams, SamplingParams
 from orthrus_rag.demo import demo_corpus_path
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
+from orthrus_rag.eval.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
                            record_paragraphs)
 
 PASSAGE_PREFIX = "2wd"
@@ -59,7 +59,7 @@ def read_ids(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m eval.data.build_2wiki", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m orthrus_rag.eval.data.build_2wiki", description=__doc__.split("\n")[0])
     parser.add_argument("--dev", type=Path, required=True, help="the official 2WikiMultihopQA dev.json")
     parser.add_argument("--out", type=Path, required=True, help="folder for questions.jsonl and corpus.jsonl")
     parser.add_argument("--aliases", type=Path, help="the official id_aliases.json (answer aliases by answer_id)")

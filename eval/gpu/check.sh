@@ -29,4 +29,4 @@ else
 fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export ORTHRUS_RAG_CACHE=${ORTHRUS_RAG_CACHE:-$(mktemp -d)}   # dummy models and the demo index, built fresh
-exec "$PY" -m eval.gpu.check "$@"
+exec "$PY" -m orthrus_rag.eval.gpu.check "$@"

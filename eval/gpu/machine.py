@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from eval.run_info import command_output, cpu_model, git_state, package_version
-from indexes.placement import faiss_has_gpu
+from orthrus_rag.eval.run_info import command_output, cpu_model, git_state, package_version
+from orthrus_rag.indexes.placement import faiss_has_gpu
 
 PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-core", "faiss-cpu", "faiss-gpu",
             "flash-attn", "numpy")

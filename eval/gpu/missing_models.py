@@ -1,7 +1,7 @@
 """pytest plugin for machines without the shipped model packages (the GPU check's machine): tests whose fixtures
 need a shipped model are deselected, and their number is printed, instead of erroring one by one.
 
-    python -m pytest -p eval.gpu.missing_models tests/engine
+    python -m pytest -p orthrus_rag.eval.gpu.missing_models tests/engine
 """
 from __future__ import annotations
 

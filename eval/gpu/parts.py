@@ -16,8 +16,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.bench.metrics import ratios
-from eval.gpu.plan import BenchPart
+from orthrus_rag.eval.bench.metrics import ratios
+from orthrus_rag.eval.gpu.plan import BenchPart
 
 MIN_START_S = 10  # a part with less time left than this is skipped
 
@@ -66,7 +66,7 @@ def tests_part(paths: tuple[str, ...], device: str, box_s: float, folder: Path) 
     """The engine tests with engines and their transformers references on `device` (float32 exactness)."""
     junit = folder / "tests.xml"
     workers = ["-n", "4"] if device == "cuda" and importlib.util.find_spec("xdist") else []
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "eval.gpu.missing_models", "-m",
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "orthrus_rag.eval.gpu.missing_models", "-m",
             "not shipped", f"--junitxml={junit}", *workers, *paths]
     result = run_command(args, box_s, folder / "tests.log", env={"ORTHRUS_TEST_DEVICE": device})
     counts = junit_counts(junit) if junit.is_file() else progress_counts(result.log)
@@ -100,7 +100,7 @@ def progress_counts(log: Path) -> dict:
 
 
 def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
-    args = [sys.executable, "-m", "eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}"]
+    args = [sys.executable, "-m", "orthrus_rag.eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}"]
     result = run_command(args, box_s, folder / "steps.log")
     bench = _read_json(folder / "steps" / "bench.json") or {}
     return result.section(seconds=result.seconds, overrides=list(overrides),
@@ -117,7 +117,7 @@ def bench_modes(part: BenchPart, extra: tuple[str, ...], time_left, folder: Path
             problems[mode] = "not run: time box spent"
             continue
         sweep = folder / part.name / mode
-        args = [sys.executable, "-m", "eval.bench.cli", "-m", *part.overrides, *extra, f"modes=[{mode}]",
+        args = [sys.executable, "-m", "orthrus_rag.eval.bench.cli", "-m", *part.overrides, *extra, f"modes=[{mode}]",
                 f"hydra.sweep.dir={sweep}"]
         result = run_command(args, min(box, time_left()), folder / part.name / f"{mode}.log")
         box -= result.seconds

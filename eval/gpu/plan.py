@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from eval.bench.metrics import MODES
+from orthrus_rag.eval.bench.metrics import MODES
 from orthrus_rag.launch import CONF_DIR
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from indexes.bm25_index import BM25_MANIFEST_FILE, BM25Manifest
-from indexes.manifest import MANIFEST_FILE, IndexManifest
+from orthrus_rag.indexes.bm25_index import BM25_MANIFEST_FILE, BM25Manifest
+from orthrus_rag.indexes.manifest import MANIFEST_FILE, IndexManifest
 from orthrus_rag.launch import launch
 from orthrus_rag.stack import StackPlan
 

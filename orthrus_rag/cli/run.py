@@ -20,9 +20,9 @@ from typing import Any, Callable
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from eval.datasets import DatasetSpec, read_questions
-from eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
-from eval.predictions import PredictionLog
+from orthrus_rag.eval.datasets import DatasetSpec, read_questions
+from orthrus_rag.eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
+from orthrus_rag.eval.predictions import PredictionLog
 from orthrus_rag.cli.answering import RunOutput, execute
 from orthrus_rag.cli.run_folder import RESULTS_FILE, SETTINGS_FILE, Earlier, earlier_runs, locked
 from orthrus_rag.files import write_atomic
@@ -87,7 +87,7 @@ def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: lis
     """results.json from the prediction rows (in question order) of the questions of `spec`; `run` is the part
     answered now (the questions `answered_now`; None when earlier runs had answered everything), `earlier` the
     results.json they left, `metrics` how the intervals are drawn."""
-    from eval.bench.metrics import latency_stats
+    from orthrus_rag.eval.bench.metrics import latency_stats
 
     scores = [QuestionScores(**row["scores"]) for row in rows]
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,

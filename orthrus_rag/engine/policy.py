@@ -11,12 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from orthrus_rag.engine.sequence import Kind
-
-if TYPE_CHECKING:
-    from orthrus_rag.engine.config import EngineConfig
 
 KINDS: tuple[Kind, Kind] = ("generate", "embed")
 POLICIES: dict[str, type[Policy]] = {}  # runtime.policy name -> class, filled by @register_policy
@@ -34,7 +31,19 @@ def register_policy(name: str) -> Callable[[P], P]:
     return register
 
 
-def make_policy(config: EngineConfig) -> Policy:
+class PolicySettings(Protocol):
+    """The runtime settings the policies read (EngineConfig, which checks `policy` against POLICIES, has them all)."""
+
+    policy: str
+    weights: dict[str, int]
+    step_time_target_s: float | None
+    embed_min_share: float
+    max_num_batched_tokens: int
+    block_size: int
+    embedder_token_cost: float | None
+
+
+def make_policy(config: PolicySettings) -> Policy:
     """The policy `config.policy` names (EngineConfig checked the name)."""
     policy = POLICIES[config.policy].from_config(config)
     policy.fixed_ratio = config.embedder_token_cost
@@ -63,7 +72,7 @@ class Policy:
     fixed_ratio: float | None = None  # runtime.embedder_token_cost, set by make_policy
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> Policy:
+    def from_config(cls, config: PolicySettings) -> Policy:
         return cls()
 
     @property
@@ -106,7 +115,7 @@ class WeightedPolicy(Policy):
         self.current = {k: 0 for k in KINDS}
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> Policy:
+    def from_config(cls, config: PolicySettings) -> Policy:
         return cls(config.weights)
 
     def choose(self, view: QueueView) -> Kind | None:
@@ -150,7 +159,7 @@ class AdaptivePolicy(Policy):
         self.quota = {"generate": math.inf, "embed": math.inf}
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> Policy:
+    def from_config(cls, config: PolicySettings) -> Policy:
         return cls(config.step_time_target_s, 4 * config.block_size, config.embed_min_share,
                    config.max_num_batched_tokens)
 

@@ -75,7 +75,7 @@ class DenseRetriever(Retriever):
 
 class BM25Retriever(Retriever):
     """Scores passages by the query's terms, no embedding, through an index with `search_text(query, k)` -> the k
-    best passages, best first (indexes.bm25_index.BM25Index). A query sharing no term with the corpus finds nothing."""
+    best passages, best first (orthrus_rag.indexes.bm25_index.BM25Index). A query sharing no term with the corpus finds nothing."""
 
     def __init__(self, index: Any):
         self.index = index

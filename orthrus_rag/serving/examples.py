@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.datasets import Question, load_questions
-from eval.metrics import score_answer
+from orthrus_rag.eval.datasets import Question, load_questions
+from orthrus_rag.eval.metrics import score_answer
 from orthrus_rag.demo import demo_questions_path
 from orthrus_rag.rag import Passage
 from orthrus_rag.serving.errors import bad_request

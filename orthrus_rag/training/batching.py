@@ -37,7 +37,7 @@ def random_batches(pairs: list[Pair], size: int, seed: int) -> Iterator[list[Pai
 def bm25_neighbours(pairs: list[Pair], depth: int) -> dict[str, list[str]]:
     """For each distinct query, the ids of the `depth` passages BM25 scores highest for it among the pairs' passages,
     best first, with the query's relevant passages left out."""
-    from indexes.bm25_index import BM25Index
+    from orthrus_rag.indexes.bm25_index import BM25Index
 
     texts = {p.passage_id: p.passage for p in pairs}
     ids = list(texts)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexes.corpus import load_corpus
+from orthrus_rag.indexes.corpus import load_corpus
 from orthrus_rag.rag.types import Passage
 
 

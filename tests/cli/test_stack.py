@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.rag.types import Passage
 from orthrus_rag.settings import UserError
-from orthrus_rag.stack import StackPlan, default_index_folder
+from orthrus_rag.index_plan import default_index_folder
+from orthrus_rag.stack import StackPlan
 
 
 def config(embedder: str, **overrides):
@@ -109,7 +110,7 @@ def test_index_records_the_recipe_and_is_refused_the_other_way(run_app, tiny_lla
     from orthrus_rag.cli.index import main
     from orthrus_rag.rag import DenseRetriever
     from orthrus_rag.rag.retriever import IndexRecipeError
-    from indexes import DenseIndex, load_corpus
+    from orthrus_rag.indexes import DenseIndex, load_corpus
     from orthrus_rag.demo import demo_corpus_path
 
     common = [f"model.name={tiny_llama_dir}", "embedder=backbone", f"embedder.adapter={lora_dir}",
@@ -155,7 +156,7 @@ def test_the_plan_checks_everything_and_plans_an_index_only_for_pipelines_that_r
 
 
 def test_the_index_source_defaults_are_the_index_groups():
-    from orthrus_rag.stack import IndexSource, IndexSpec
+    from orthrus_rag.index_plan import IndexSource, IndexSpec
 
     source, spec = IndexSource(None, [], "e"), IndexSpec()
     assert (source.factory, source.batch_size, source.device) == (spec.factory, spec.batch_size, spec.device)

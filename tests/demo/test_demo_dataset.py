@@ -3,9 +3,9 @@ from collections import Counter
 
 import pytest
 
-from eval.datasets import load_questions
-from eval.metrics import YES_NO
-from indexes.corpus import load_corpus
+from orthrus_rag.eval.datasets import load_questions
+from orthrus_rag.eval.metrics import YES_NO
+from orthrus_rag.indexes.corpus import load_corpus
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 
 

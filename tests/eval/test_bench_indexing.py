@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.bench.indexing import format_indexing_table, summarise
+from orthrus_rag.eval.bench.indexing import format_indexing_table, summarise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_indexing_through_the_bench_command(tiny_llama_dir, tmp_path, cut):
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": f"Title {i}", "text": "word " * (5 + 7 * i)}) + "\n"
                               for i in range(12)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "eval.bench.cli", "workload=indexing", "embedder=backbone_raw",
+    done = subprocess.run([sys.executable, "-m", "orthrus_rag.eval.bench.cli", "workload=indexing", "embedder=backbone_raw",
                            f"model.name={tiny_llama_dir}", "runtime.dtype=float32", f"corpus={corpus}",
                            "workload.passages=10", "workload.rounds=2", "index.batch_size=4",
                            f"embedder.passage_max_tokens={cut or 'null'}", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -43,7 +43,7 @@ def test_indexing_through_the_bench_command(tiny_llama_dir, tmp_path, cut):
 
 def test_bad_settings_are_one_line_errors(tiny_llama_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "eval.bench.cli", "workload=indexing", f"model.name={tiny_llama_dir}",
+    done = subprocess.run([sys.executable, "-m", "orthrus_rag.eval.bench.cli", "workload=indexing", f"model.name={tiny_llama_dir}",
                            "workload.rounds=0", f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr

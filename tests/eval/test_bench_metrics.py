@@ -1,6 +1,6 @@
 import pytest
 
-from eval.bench.metrics import Call, counter_delta, latency_stats, percentile, ratios, summarize
+from orthrus_rag.eval.bench.metrics import Call, counter_delta, latency_stats, percentile, ratios, summarize
 
 
 @pytest.mark.parametrize("values, q, expected", [

@@ -7,17 +7,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from eval.bench.backends import EngineBackend, HFBackend
-from eval.bench.rag import LoggedBackend, RagSetup, RagWorkload, run_rag_bench
-from eval.datasets import load_questions
-from eval.load import arrival_offsets
-from eval.report import write_rag_reports
-from indexes import load_corpus
+from orthrus_rag.eval.bench.backends import EngineBackend, HFBackend
+from orthrus_rag.eval.bench.rag import LoggedBackend, RagSetup, RagWorkload, run_rag_bench
+from orthrus_rag.eval.datasets import load_questions
+from orthrus_rag.eval.load import arrival_offsets
+from orthrus_rag.eval.report import write_rag_reports
+from orthrus_rag.indexes import load_corpus
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.retrieval import RetrievalSettings
-from orthrus_rag.stack import IndexSource, StackPlan
+from orthrus_rag.index_plan import IndexSource
+from orthrus_rag.stack import StackPlan
 
 IRCOT = {"name": "ircot", "k": 2, "max_steps": 2, "max_passages": 4, "num_demos": 1, "passage_words": 20,
          "max_tokens": 4}
@@ -122,7 +123,7 @@ def test_hf_backend_embeds_backbone_rows_through_the_adapter_as_the_engine_does(
 def test_rag_config_composes():
     from hydra import compose, initialize_config_dir
 
-    from eval.bench.cli import rag_rates
+    from orthrus_rag.eval.bench.cli import rag_rates
     from orthrus_rag.launch import CONF_DIR, UserError
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -137,7 +138,7 @@ def test_rag_config_composes():
 
 
 def test_hf_counters_are_deltas():
-    from eval.bench.runner import engine_delta
+    from orthrus_rag.eval.bench.runner import engine_delta
 
     before = {"generate_batches": 3, "embed_batches": 2, "generate_s": 10.0, "embed_s": 1.0}
     after = {"generate_batches": 5, "embed_batches": 2, "generate_s": 14.5, "embed_s": 1.25}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eval.bench.runner import MODES, Phase, Workload, format_table, run_bench
+from orthrus_rag.eval.bench.runner import MODES, Phase, Workload, format_table, run_bench
 from orthrus_rag.engine import EngineConfig, PoolingParams
 
 MODE_KEYS = {"rps", "embed_rps", "gen_rps", "p50_s", "p99_s", "mean_s", "requests", "wall_s", "engine", "mode"}
@@ -74,7 +74,7 @@ def test_unknown_mode_rejected(tiny_llama_dir):
 def test_config_composes():
     from hydra import compose, initialize_config_dir
 
-    from eval.bench.cli import workload_from_config
+    from orthrus_rag.eval.bench.cli import workload_from_config
     from orthrus_rag.launch import CONF_DIR, UserError
     from orthrus_rag.stack import StackPlan
 
@@ -100,7 +100,7 @@ def test_config_composes():
 
 
 def test_mode_threads_split_the_cores_only_for_isolated(monkeypatch):
-    from eval.bench import runner
+    from orthrus_rag.eval.bench import runner
 
     monkeypatch.setattr(runner, "usable_cores", lambda: 6)
     unset, four, one = (EngineConfig(generator="g", embedder=None, num_threads=n) for n in (None, 4, 1))
@@ -119,7 +119,7 @@ def test_mode_threads_split_the_cores_only_for_isolated(monkeypatch):
 def test_bad_workload_settings_are_user_errors_naming_the_key(override, key):
     from hydra import compose, initialize_config_dir
 
-    from eval.bench.cli import workload_from_config
+    from orthrus_rag.eval.bench.cli import workload_from_config
     from orthrus_rag.launch import CONF_DIR, UserError
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -131,7 +131,7 @@ def test_bad_workload_settings_are_user_errors_naming_the_key(override, key):
 def test_an_isolated_process_that_cannot_load_fails_at_once(tmp_path):
     import time
 
-    from eval.bench.backends import IsolatedBackend
+    from orthrus_rag.eval.bench.backends import IsolatedBackend
     from orthrus_rag.engine import SamplingParams
 
     config = EngineConfig(generator=str(tmp_path / "no-model"), embedder=None, device="cpu", dtype="float32")

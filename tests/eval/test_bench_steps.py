@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, hf_forward, run_steps
+from orthrus_rag.eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, hf_forward, run_steps
 from orthrus_rag.engine import EngineConfig
 from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.settings import UserError
@@ -91,7 +91,7 @@ def test_steps_through_the_bench_command(tiny_llama_dir, tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "eval.bench.cli", "workload=steps", f"model.name={tiny_llama_dir}",
+    done = subprocess.run([sys.executable, "-m", "orthrus_rag.eval.bench.cli", "workload=steps", f"model.name={tiny_llama_dir}",
                            "runtime.dtype=float32", "workload.warmup=0", "workload.repeats=1", "workload.threads=[1]",
                            f"hydra.run.dir={tmp_path}"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=300)

@@ -2,7 +2,7 @@ from collections import Counter
 
 import pytest
 
-from eval.bench.workload import VOCAB, make_requests
+from orthrus_rag.eval.bench.workload import VOCAB, make_requests
 
 
 def test_same_seed_same_requests_other_seed_other_requests():

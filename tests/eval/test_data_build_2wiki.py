@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from eval.data.build_2wiki import main
-from eval.datasets import load_questions
-from indexes import load_corpus
+from orthrus_rag.eval.data.build_2wiki import main
+from orthrus_rag.eval.datasets import load_questions
+from orthrus_rag.indexes import load_corpus
 
 DEV = [
     {"_id": "q1", "type": "compositional", "question": "Where was the founder of Kestrel Works born?",

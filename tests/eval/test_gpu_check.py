@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.gpu import missing_models
-from eval.gpu.parts import junit_counts, p99_reduction, progress_counts, rps_ratios
-from eval.gpu.plan import load_plan
-from eval.gpu.report import render
+from orthrus_rag.eval.gpu import missing_models
+from orthrus_rag.eval.gpu.parts import junit_counts, p99_reduction, progress_counts, rps_ratios
+from orthrus_rag.eval.gpu.plan import load_plan
+from orthrus_rag.eval.gpu.report import render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,8 +41,8 @@ def test_dry_run_writes_every_section_within_three_minutes(tmp_path):
 
 
 def test_full_plan_refuses_a_machine_without_cuda(tmp_path, monkeypatch):
-    import eval.gpu.machine as machine
-    from eval.gpu.check import main
+    import orthrus_rag.eval.gpu.machine as machine
+    from orthrus_rag.eval.gpu.check import main
 
     monkeypatch.setattr(machine, "machine_info", lambda: {"status": "ok", "cuda": False})
     assert main(["--out", str(tmp_path)]) == 2  # an 8B dummy is never built on a CPU by mistake

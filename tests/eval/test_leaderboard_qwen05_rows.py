@@ -4,10 +4,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eval.leaderboard import BOARDS, row_names
+from orthrus_rag.eval.leaderboard import BOARDS, row_names
 from orthrus_rag.launch import CONF_DIR
 from orthrus_rag.rag.testing import ScriptedReasoner
-from pipelines import build_pipeline
+from orthrus_rag.pipelines import build_pipeline
 
 NAMES = row_names(board=BOARDS["qwen05"])
 

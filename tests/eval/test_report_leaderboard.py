@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-import eval.leaderboard as leaderboard
-from eval.leaderboard import BOARDS, main, row_names
+import orthrus_rag.eval.leaderboard as leaderboard
+from orthrus_rag.eval.leaderboard import BOARDS, main, row_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,7 +188,7 @@ def test_the_qwen_board_runs_its_own_rows_and_says_how_to_rebuild_it(tmp_path, m
     assert [c[3] for c in calls] == ["+experiment=leaderboard_qwen05/ircot"]
     text = out.read_text()
     assert "`conf/experiment/leaderboard_qwen05/`" in text
-    assert "`python -m eval.leaderboard --board qwen05 --from-results leaderboard/results_qwen05`" in text
+    assert "`python -m orthrus_rag.eval.leaderboard --board qwen05 --from-results leaderboard/results_qwen05`" in text
 
 
 @pytest.mark.parametrize("board", BOARDS.values(), ids=BOARDS)

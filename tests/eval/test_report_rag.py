@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from eval.bench.rag import Call
-from eval.bench.rag_metrics import call_stats, goodput, latency_stats, ratios, time_share, timeline
-from eval.report import format_rag_table, main, merge_benches, write_rag_reports
+from orthrus_rag.eval.bench.rag import Call
+from orthrus_rag.eval.bench.rag_metrics import call_stats, goodput, latency_stats, ratios, time_share, timeline
+from orthrus_rag.eval.report import format_rag_table, main, merge_benches, write_rag_reports
 
 
 def test_latency_stats_by_hand():
@@ -132,7 +132,7 @@ def test_merge_joins_runs_of_one_load_by_mode():
 
 
 def test_step_spans_fold_long_steps():
-    from eval.report import step_spans
+    from orthrus_rag.eval.report import step_spans
 
     def row(t, steps, busy, decode=0, in_flight=1):
         return {"t": t, "dt": 0.25, "steps": steps, "busy_s": busy, "decode": decode, "prefill": 0, "embed": 0,

@@ -4,7 +4,7 @@ import math
 import bm25s
 import pytest
 
-from indexes.bm25_index import BM25Index, BM25Params, load_or_build_bm25, passage_text
+from orthrus_rag.indexes.bm25_index import BM25Index, BM25Params, load_or_build_bm25, passage_text
 from orthrus_rag.rag.types import Passage
 
 TOY = [Passage("a", "Lothair II", "Lothair II was a king of Lotharingia. His mother was Ermengarde of Tours."),
@@ -77,7 +77,7 @@ def test_load_or_build_caches_and_rebuilds_for_another_corpus(tmp_path, monkeypa
 
 
 def test_load_refuses_another_corpus(tmp_path):
-    from indexes.faiss_index import IndexMismatchError
+    from orthrus_rag.indexes.faiss_index import IndexMismatchError
 
     BM25Index.build(TOY).save(tmp_path)
     assert BM25Index.load(tmp_path, TOY).search_text("Paris", 1)[0].id == "e"

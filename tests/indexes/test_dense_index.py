@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from indexes.faiss_index import DenseIndex, IndexMismatchError
+from orthrus_rag.indexes.faiss_index import DenseIndex, IndexMismatchError
 from orthrus_rag.rag.types import Passage
 
 
@@ -80,7 +80,7 @@ def test_clear_errors(passages, vectors):
 def test_device_is_checked_and_defaults_to_where_torch_sees_a_gpu(passages, vectors):
     import torch
 
-    from indexes.placement import faiss_has_gpu
+    from orthrus_rag.indexes.placement import faiss_has_gpu
 
     with pytest.raises(ValueError, match="index.device must be one of auto, cpu, cuda"):
         DenseIndex.build(vectors, passages, "fake-embedder", device="gpu")

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from indexes.build import embed_passages, engine_embedder, load_or_build
-from indexes.faiss_index import DenseIndex
+from orthrus_rag.indexes.build import embed_passages, engine_embedder, load_or_build
+from orthrus_rag.indexes.faiss_index import DenseIndex
 from orthrus_rag.engine import PoolingParams
 
 
@@ -54,7 +54,7 @@ async def test_load_or_build_rebuilds_for_a_changed_corpus(tmp_path, passages):
 
 @pytest.mark.parametrize("lost", ["index", "save cut short"])
 async def test_load_or_build_rebuilds_when_the_index_file_is_gone(tmp_path, passages, monkeypatch, lost):
-    from indexes.faiss_index import INDEX_FILE, VECTORS_FILE, DenseIndex
+    from orthrus_rag.indexes.faiss_index import INDEX_FILE, VECTORS_FILE, DenseIndex
 
     embed = FakeEmbedder()
     first = await load_or_build(tmp_path, passages, embed, "fake")
@@ -62,8 +62,8 @@ async def test_load_or_build_rebuilds_when_the_index_file_is_gone(tmp_path, pass
         for name in (INDEX_FILE, VECTORS_FILE):
             (tmp_path / name).unlink(missing_ok=True)
     else:  # the save failed after removing the old files, before writing the new ones
-        monkeypatch.setattr("indexes.faiss_index.np.save", _disk_full)
-        monkeypatch.setattr("indexes.faiss_index.faiss_module", lambda: SimpleNamespace(write_index=_disk_full))
+        monkeypatch.setattr("orthrus_rag.indexes.faiss_index.np.save", _disk_full)
+        monkeypatch.setattr("orthrus_rag.indexes.faiss_index.faiss_module", lambda: SimpleNamespace(write_index=_disk_full))
         with pytest.raises(OSError, match="disk full"):
             first.save(tmp_path)
         monkeypatch.undo()

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from indexes.corpus import CorpusFormatError, corpus_fingerprint, load_corpus
+from orthrus_rag.indexes.corpus import CorpusFormatError, corpus_fingerprint, load_corpus
 from orthrus_rag.rag.types import Passage
 
 

@@ -6,10 +6,10 @@ import warnings
 import numpy as np
 import pytest
 
-from indexes import placement
-from indexes import faiss_index
-from indexes.faiss_index import DenseIndex, IndexMismatchError
-from indexes.placement import TorchFlatSearch
+from orthrus_rag.indexes import placement
+from orthrus_rag.indexes import faiss_index
+from orthrus_rag.indexes.faiss_index import DenseIndex, IndexMismatchError
+from orthrus_rag.indexes.placement import TorchFlatSearch
 from orthrus_rag.rag.types import Passage
 
 DEVICE = os.environ.get("ORTHRUS_TEST_DEVICE", "cpu")
@@ -52,7 +52,7 @@ def test_torch_search_matches_faiss_flat(metric, monkeypatch):
     flat = faiss.IndexFlatIP(64) if metric == "ip" else faiss.IndexFlatL2(64)
     flat.add(vectors)
     want_scores, want_ids = flat.search(queries, 7)
-    monkeypatch.setattr("indexes.placement.SCORE_BYTES", 4 * 5000 * 4)  # blocks of 4 queries
+    monkeypatch.setattr("orthrus_rag.indexes.placement.SCORE_BYTES", 4 * 5000 * 4)  # blocks of 4 queries
     scores, ids = TorchFlatSearch(vectors, metric, DEVICE).search(queries, 7)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-4)

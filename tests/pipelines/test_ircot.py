@@ -1,8 +1,8 @@
 import pytest
 
 from orthrus_rag.rag.testing import passages
-from pipelines import IRCoT
-from pipelines.ircot import transcript
+from orthrus_rag.pipelines import IRCoT
+from orthrus_rag.pipelines.ircot import transcript
 
 Q = "Where was the founder of Velmora born?"
 

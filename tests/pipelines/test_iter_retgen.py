@@ -1,7 +1,7 @@
 import pytest
 
 from orthrus_rag.rag.testing import passages
-from pipelines import IterRetGen
+from orthrus_rag.pipelines import IterRetGen
 
 Q = "Which film came out first, A or B?"
 

@@ -1,4 +1,4 @@
-from pipelines import NoRetrieval
+from orthrus_rag.pipelines import NoRetrieval
 
 
 async def test_never_retrieves_and_extracts_the_answer(retriever, script):

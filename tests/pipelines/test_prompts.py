@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from orthrus_rag.rag import Passage
-from pipelines import IRCoT
-from pipelines.prompts import PROMPT_DIR, Demo, PromptTemplate, format_passages, load_demos, load_prompt
+from orthrus_rag.pipelines import IRCoT
+from orthrus_rag.pipelines.prompts import PROMPT_DIR, Demo, PromptTemplate, format_passages, load_demos, load_prompt
 
 TWOWIKI = Path(__file__).resolve().parents[3] / "shared" / "data" / "2wiki" / "questions.jsonl"
 PROMPTS = ["qa_direct", "qa_with_passages", "cot_with_passages", "ircot"]

@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-import pipelines
+from orthrus_rag import pipelines
 
 README = Path(pipelines.__file__).with_name("README.md")
 

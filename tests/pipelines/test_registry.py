@@ -1,7 +1,7 @@
 import pytest
 
 from orthrus_rag.rag.testing import ScriptedReasoner, ScriptedRetriever
-from pipelines import PIPELINES, build_pipeline
+from orthrus_rag.pipelines import PIPELINES, build_pipeline
 
 
 @pytest.mark.parametrize("name", ["no_retrieval", "standard_rag", "ircot", "iter_retgen", "self_ask"])

@@ -1,7 +1,7 @@
 import pytest
 
 from orthrus_rag.rag.testing import passages
-from pipelines import SelfAsk
+from orthrus_rag.pipelines import SelfAsk
 
 Q = "Where was the founder of Velmora born?"
 

@@ -1,5 +1,5 @@
 from orthrus_rag.rag.testing import passages
-from pipelines import StandardRAG
+from orthrus_rag.pipelines import StandardRAG
 
 
 async def test_retrieves_once_with_the_question(retriever, script):

@@ -1,7 +1,7 @@
 """BM25Retriever: the index's ranking, as the Retriever API gives it."""
 import pytest
 
-from indexes.bm25_index import BM25Index
+from orthrus_rag.indexes.bm25_index import BM25Index
 from orthrus_rag.rag import Passage
 from orthrus_rag.rag.retriever import BM25Retriever
 

@@ -113,11 +113,12 @@ def make_engine(tiny_llama_dir, tiny_encoder_dir):
 
 def rag_plan(config: EngineConfig, folder, pipelines: dict[str, dict]):
     """A stack plan over `config` for `/v1/rag`: dense retrieval over the demo corpus, its index in `folder`."""
-    from indexes import load_corpus
+    from orthrus_rag.indexes import load_corpus
     from orthrus_rag.demo import demo_corpus_path
     from orthrus_rag.rag.embedding import EmbeddingRecipe
     from orthrus_rag.retrieval import RetrievalSettings
-    from orthrus_rag.stack import IndexSource, StackPlan
+    from orthrus_rag.index_plan import IndexSource
+    from orthrus_rag.stack import StackPlan
 
     index = IndexSource(folder, load_corpus(demo_corpus_path()), "tiny-encoder", retrieval=RetrievalSettings("dense"))
     return StackPlan(config, EmbeddingRecipe(), index, {name: {"name": name, **group} for name, group in pipelines.items()})

@@ -61,7 +61,7 @@ async def test_real_rag_answers_with_passages_and_trace(engine, tmp_path):
 
 
 def test_rag_serves_the_pipeline_group_entries_as_the_experiments_run_them():
-    from pipelines import PIPELINES
+    from orthrus_rag.pipelines import PIPELINES
 
     cfg = config("server.rag.pipelines.ircot.k=8", "+pipeline@server.rag.pipelines.k15=standard_rag_k15")
     rag = server_settings(cfg).rag

@@ -16,7 +16,7 @@ from orthrus_rag.serving import ServerSettings
 from orthrus_rag.serving.rag_service import RagService
 from orthrus_rag.serving.rag_stream import rag_events
 from orthrus_rag.serving.settings import RagSettings
-from pipelines import IRCoT, StandardRAG
+from orthrus_rag.pipelines import IRCoT, StandardRAG
 
 
 class Slow(Pipeline):
