@@ -21,7 +21,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("orthrus_rag/retrieval.py",),
     ("orthrus_rag/engine_plan.py", "orthrus_rag/index_plan.py"),
     ("orthrus_rag/stack.py", "orthrus_rag/cluster.py", "orthrus_rag/launch.py"),
-    ("eval/",),  # datasets, metrics, benchmarks, reports, the leaderboard
+    ("eval/experiment/", "eval/__init__.py"),  # datasets, metrics, the prediction log, run facts, tables
+    ("eval/load/",),  # when requests arrive; the HTTP load test
+    ("eval/bench/",),  # benchmarks, their reports and plots
+    ("eval/leaderboard.py", "eval/gpu/", "eval/data/"),  # the leaderboard, the GPU check, data builders
     ("orthrus_rag/cli/",),  # orthrus-rag, -index, -train-adapter
     ("orthrus_rag/serving/",),  # orthrus-rag-serve
 ]

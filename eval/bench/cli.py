@@ -2,7 +2,7 @@
 
 Workloads (mixed, phases, steps, rag, indexing) with example commands, the modes (hetero, isolated, alternating, hf),
 how each is run and how bench.json is laid out: eval/bench/README.md. The rag workload also writes bench.md and PNG
-plots (eval/report.py).
+plots (eval/bench/report.py).
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def rag_rates(cfg: DictConfig) -> list:
 
 def run_rag(cfg: DictConfig) -> dict:
     from orthrus_rag.eval.bench.rag import RagSetup, RagWorkload, run_rag_bench
-    from orthrus_rag.eval.datasets import DatasetSpec, read_questions
-    from orthrus_rag.eval.report import format_rag_table, write_rag_reports
+    from orthrus_rag.eval.experiment.datasets import DatasetSpec, read_questions
+    from orthrus_rag.eval.bench.report import format_rag_table, write_rag_reports
 
     check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)

@@ -10,7 +10,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from orthrus_rag.eval.markdown import markdown_table
+from orthrus_rag.eval.experiment.markdown import markdown_table
 from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.settings import UserError, plain, typed
@@ -83,7 +83,7 @@ def indexing_bench(cfg) -> dict:
     """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_indexing_table`)."""
     from hydra.utils import to_absolute_path
 
-    from orthrus_rag.eval.bench.runner import machine_info
+    from orthrus_rag.eval.experiment.run_info import environment
     from orthrus_rag.stack import StackPlan
 
     workload = typed(IndexingWorkload, cfg.workload, "workload")
@@ -97,4 +97,4 @@ def indexing_bench(cfg) -> dict:
     return {"workload": "indexing", "rounds": rounds, "median": summarise(rounds),
             "config": {"workload": asdict(workload), "corpus": cfg.corpus, "index": plain(cfg.index),
                        "engine": asdict(plan.engine), "embedding": asdict(plan.embedding)},
-            "machine": machine_info()}
+            "run": environment()}

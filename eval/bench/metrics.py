@@ -47,12 +47,16 @@ def summarize(mode: str, records: list[Call], wall_s: float, engine: dict | None
             "engine": engine or {}}
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, the one way modes are compared; None where a mode did not run (a value is missing) or b is 0."""
+    return a / b if a is not None and b else None
+
+
 def ratios(modes: dict[str, dict]) -> dict[str, float | None]:
     """hetero's requests/s over each baseline's, from bench.json's `modes` (the GPU check rounds them); None where
-    either mode did not run or a rate is 0 (a run of one request or more never has rate 0)."""
-    hetero = modes.get("hetero", {}).get("rps")
-    return {f"hetero/{b}": hetero / modes[b]["rps"] if hetero and modes.get(b, {}).get("rps") else None
-            for b in BASELINES}
+    either mode did not run (a run of one request or more never has rate 0)."""
+    hetero = modes.get("hetero", {})
+    return {f"hetero/{b}": ratio(hetero.get("rps"), modes.get(b, {}).get("rps")) for b in BASELINES}
 
 
 COUNTERS = ("steps", "mixed_steps", "tokens", "generator_s", "embedder_s", "preemptions", "prefix_cache_hit_tokens",

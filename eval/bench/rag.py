@@ -13,9 +13,10 @@ from typing import Any
 from tqdm import tqdm
 
 from orthrus_rag.eval.bench.metrics import Call
-from orthrus_rag.eval.bench.rag_metrics import RunData, headline, ratios, summarize_run
-from orthrus_rag.eval.bench.runner import engine_delta, machine_info, mode_threads, on_fresh_backend, ran_dtype
-from orthrus_rag.eval.load import Load
+from orthrus_rag.eval.bench.rag_metrics import RunData, headline, rag_ratios, summarize_run
+from orthrus_rag.eval.bench.runner import engine_delta, mode_threads, on_fresh_backend, ran_dtype
+from orthrus_rag.eval.experiment.run_info import environment
+from orthrus_rag.eval.load.arrivals import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
 from orthrus_rag.stack import StackPlan
 
@@ -43,7 +44,7 @@ class RagWorkload:
 @dataclass
 class RagSetup:
     plan: StackPlan  # the engine config, embedding recipe, index and the one pipeline every mode runs
-    questions: list  # list[orthrus_rag.eval.datasets.Question]
+    questions: list  # list[orthrus_rag.eval.experiment.datasets.Question]
     workload: RagWorkload = field(default_factory=RagWorkload)
 
 
@@ -170,7 +171,7 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
 def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: RagSetup, modes: list[str]) -> dict:
     """bench.json for the rag workload: every load in `sweep`; `modes`, `ratios` and `headline` from `headline`."""
     sweep = [{"load": load.label, "rate": load.rate, "modes": summaries[load.label],
-              "ratios": ratios(summaries[load.label])} for load in loads]
+              "ratios": rag_ratios(summaries[load.label])} for load in loads]
     plan = setup.plan
     return {"workload": "rag", **headline(sweep), "sweep": sweep,
             "config": {"modes": modes, "pipeline": next(iter(plan.pipelines.values())),
@@ -180,4 +181,4 @@ def assemble(summaries: dict[str, dict[str, dict]], loads: list[Load], setup: Ra
                        "index": ({"folder": str(plan.index.folder), "factory": plan.index.factory}
                                  if plan.index else None),
                        "threads": {m: mode_threads(plan.engine, m) for m in modes}},
-            "machine": machine_info()}
+            "run": environment()}

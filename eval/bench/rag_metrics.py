@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orthrus_rag.eval.bench.metrics import BASELINES, Call, latency_stats, percentile
-from orthrus_rag.eval.load import Load
-from orthrus_rag.eval.metrics import aggregate, score_answers
+from orthrus_rag.eval.bench.metrics import BASELINES, Call, latency_stats, percentile, ratio
+from orthrus_rag.eval.load.arrivals import Load
+from orthrus_rag.eval.experiment.metrics import aggregate, score_answers
 
 TOKEN_KINDS = ("decode", "prefill", "embed")
 RAW_KEYS = ("latencies_s", "timeline", "predictions")
@@ -91,7 +91,7 @@ def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]
             "predictions": [a.prediction for a in run.answers]}
 
 
-def ratios(modes: dict[str, dict]) -> dict[str, float | None]:
+def rag_ratios(modes: dict[str, dict]) -> dict[str, float | None]:
     """p99 reduction of hetero against each baseline (1 - hetero p99 / baseline p99) and qps ratios;
     None where a mode did not run. Also how many of each baseline's predictions equal hetero's."""
     hetero = modes.get("hetero")
@@ -99,9 +99,9 @@ def ratios(modes: dict[str, dict]) -> dict[str, float | None]:
     for base in BASELINES:
         other = modes.get(base)
         both = hetero is not None and other is not None
-        out[f"p99_reduction_vs_{base}"] = (1 - hetero["p99_s"] / other["p99_s"]
-                                           if both and other["p99_s"] else None)
-        out[f"qps_hetero/{base}"] = hetero["qps"] / other["qps"] if both and other["qps"] else None
+        p99 = ratio(hetero["p99_s"], other["p99_s"]) if both else None
+        out[f"p99_reduction_vs_{base}"] = None if p99 is None else 1 - p99
+        out[f"qps_hetero/{base}"] = ratio(hetero["qps"], other["qps"]) if both else None
         out[f"same_predictions_{base}"] = (sum(a == b for a, b in zip(hetero["predictions"], other["predictions"]))
                                            / max(1, len(hetero["predictions"])) if both else None)
     return out
@@ -114,7 +114,7 @@ def headline(sweep: list[dict]) -> dict[str, Any]:
     open_loads = [e for e in sweep if e["rate"] is not None]
     head = max(open_loads, key=lambda e: e["rate"]) if open_loads else sweep[-1]
     closed = next((e for e in sweep if e["rate"] is None), head)
-    closed_qps = {k: v for k, v in ratios(closed["modes"]).items() if k.startswith("qps_")}
+    closed_qps = {k: v for k, v in rag_ratios(closed["modes"]).items() if k.startswith("qps_")}
     return {"modes": {m: {k: v for k, v in r.items() if k not in RAW_KEYS} for m, r in head["modes"].items()},
-            "ratios": dict(ratios(head["modes"]), **closed_qps),
+            "ratios": dict(rag_ratios(head["modes"]), **closed_qps),
             "headline": {"p99": head["load"], "qps": closed["load"]}}

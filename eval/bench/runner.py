@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import platform
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from orthrus_rag.eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
 from orthrus_rag.eval.bench.metrics import MODES, Call, counter_delta, ratios, summarize
 from orthrus_rag.eval.bench.workload import Request, make_requests
-from orthrus_rag.eval.markdown import cell
-from orthrus_rag.eval.run_info import cpu_model
+from orthrus_rag.eval.experiment.markdown import cell
+from orthrus_rag.eval.experiment.run_info import environment
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
 from orthrus_rag.models import resolve_dtype, usable_cores
 
@@ -145,17 +143,12 @@ def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, confi
     config_facts = {"modes": modes, "workload": asdict(workload), "engine": asdict(config), "dtype": ran_dtype(config),
                     "pooling": asdict(pooling), "sampling": asdict(sampling),
                     "threads": {m: mode_threads(config, m) for m in modes}}
-    return {**bench, "modes": overall, "ratios": ratios(overall), "config": config_facts, "machine": machine_info()}
+    return {**bench, "modes": overall, "ratios": ratios(overall), "config": config_facts, "run": environment()}
 
 
 def ran_dtype(config: EngineConfig) -> str:
     """The dtype the engine ran in (`auto` resolved for this machine)."""
     return str(resolve_dtype(config.dtype, config.device)).removeprefix("torch.")
-
-
-def machine_info() -> dict:
-    return {"cores": usable_cores(), "cpu_model": cpu_model(), "torch": torch.__version__,
-            "python": platform.python_version(), "cuda": torch.cuda.is_available()}
 
 
 def format_table(bench: dict) -> str:

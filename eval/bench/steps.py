@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from orthrus_rag.eval.markdown import markdown_table
+from orthrus_rag.eval.experiment.markdown import markdown_table
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams, attention
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.block_manager import BlockManager

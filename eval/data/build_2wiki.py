@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orthrus_rag.eval.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
+from orthrus_rag.eval.experiment.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
                            record_paragraphs)
 
 PASSAGE_PREFIX = "2wd"

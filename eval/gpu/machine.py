@@ -2,13 +2,12 @@
 measured copy bandwidth (the ceiling a decode step's weight reads are compared with)."""
 from __future__ import annotations
 
-import os
 import platform
 import time
 
 import torch
 
-from orthrus_rag.eval.run_info import command_output, cpu_model, git_state, package_version
+from orthrus_rag.eval.experiment.run_info import command_output, git_state, machine, package_version
 from orthrus_rag.indexes.placement import faiss_has_gpu
 
 PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-core", "faiss-cpu", "faiss-gpu",
@@ -16,9 +15,10 @@ PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-cor
 
 
 def machine_info() -> dict:
-    info = {"status": "ok", "python": platform.python_version(), "cpu": cpu_model(), "cores": os.cpu_count(),
-            "cuda": torch.cuda.is_available(), "packages": {name: package_version(name) for name in PACKAGES},
-            "faiss_gpu": faiss_has_gpu(), **git_state()}
+    """run_info.machine() (the one description of the machine every results file carries), with what the GPU check
+    adds: package versions, FAISS's GPU support and, on CUDA, the device's properties and copy bandwidth."""
+    info = {"status": "ok", **machine(), "python": platform.python_version(), "cuda": torch.cuda.is_available(),
+            "packages": {name: package_version(name) for name in PACKAGES}, "faiss_gpu": faiss_has_gpu(), **git_state()}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),

@@ -22,7 +22,7 @@ OnAnswer = Callable[[int, Any], None]  # (index in the questions answered, its A
 
 @dataclass
 class RunOutput:
-    questions: list  # list[orthrus_rag.eval.datasets.Question]
+    questions: list  # list[orthrus_rag.eval.experiment.datasets.Question]
     answers: list  # list[Answer], in question order
     wall_s: float
     engine_stats: dict[str, Any]

@@ -20,9 +20,9 @@ from typing import Any, Callable
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from orthrus_rag.eval.datasets import DatasetSpec, read_questions
-from orthrus_rag.eval.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
-from orthrus_rag.eval.predictions import PredictionLog
+from orthrus_rag.eval.experiment.datasets import DatasetSpec, read_questions
+from orthrus_rag.eval.experiment.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
+from orthrus_rag.eval.experiment.predictions import PredictionLog
 from orthrus_rag.cli.answering import RunOutput, execute
 from orthrus_rag.cli.run_folder import RESULTS_FILE, SETTINGS_FILE, Earlier, earlier_runs, locked
 from orthrus_rag.files import write_atomic

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orthrus_rag.eval.predictions import LogFormatError, PredictionLog
+from orthrus_rag.eval.experiment.predictions import LogFormatError, PredictionLog
 from orthrus_rag.files import FolderBusyError, folder_lock
 from orthrus_rag.settings import UserError
 

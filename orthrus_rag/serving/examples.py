@@ -1,13 +1,13 @@
 """Example questions with gold answers for the web page: the embedded demo set and a dataset the server was started
-with (`server.ui.dataset`), and the scoring of an answer against its example by eval/metrics.py itself, so the page
+with (`server.ui.dataset`), and the scoring of an answer against its example by eval/experiment/metrics.py itself, so the page
 and `results.json` agree."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orthrus_rag.eval.datasets import Question, load_questions
-from orthrus_rag.eval.metrics import score_answer
+from orthrus_rag.eval.experiment.datasets import Question, load_questions
+from orthrus_rag.eval.experiment.metrics import score_answer
 from orthrus_rag.demo import demo_questions_path
 from orthrus_rag.rag import Passage
 from orthrus_rag.serving.errors import bad_request
@@ -63,7 +63,7 @@ class Examples:
 
 
 def score(question: Question, prediction: str, passages: list[Passage]) -> Score:
-    """The metrics eval/metrics.py computes for one answer, and which gold passages were found."""
+    """The metrics eval/experiment/metrics.py computes for one answer, and which gold passages were found."""
     scores = score_answer(prediction, question.answers, question.gold_titles, passages)
     titles = {p.title.strip() for p in passages}
     return Score(question.answer, list(question.aliases), scores.em, scores.f1, scores.acc, list(question.gold_titles),

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from orthrus_rag.eval.datasets import Question
+from orthrus_rag.eval.experiment.datasets import Question
 from orthrus_rag.rag import Answer
 from orthrus_rag.rag.live import CallStarted, LiveEvent, Reasoned, Retrieved, TextDelta, listening
 from orthrus_rag.serving.errors import APIError, ErrorDetail, as_api_error

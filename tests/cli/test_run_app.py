@@ -100,10 +100,10 @@ def test_a_value_of_the_wrong_type_is_a_one_line_error_naming_the_key(run_app, t
 
 
 def test_a_failing_question_is_recorded_and_counted(tmp_path):
-    from orthrus_rag.eval.datasets import DatasetSpec, Question
+    from orthrus_rag.eval.experiment.datasets import DatasetSpec, Question
     from orthrus_rag.cli.answering import RunOutput
     from orthrus_rag.cli.run import build_results, scored_row
-    from orthrus_rag.eval.predictions import PredictionLog
+    from orthrus_rag.eval.experiment.predictions import PredictionLog
     from orthrus_rag.rag import Answer
     from hydra import compose, initialize_config_dir
 
@@ -156,7 +156,7 @@ def test_relative_2wiki_paths_resolve_from_where_the_command_runs(tmp_path, monk
     from hydra import compose, initialize_config_dir
 
     from orthrus_rag.launch import CONF_DIR
-    from orthrus_rag.eval.datasets import DatasetSpec
+    from orthrus_rag.eval.experiment.datasets import DatasetSpec
 
     monkeypatch.delenv("ORTHRUS_RAG_DATA", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -200,7 +200,7 @@ def test_failed_questions_make_the_run_fail_unless_allowed(run_app, tiny_models,
             raise RuntimeError("boom")
         return await real(self, question)
 
-    from orthrus_rag.eval.datasets import load_questions
+    from orthrus_rag.eval.experiment.datasets import load_questions
     from orthrus_rag.demo import demo_questions_path
 
     first_question = load_questions(demo_questions_path(), "all", 1)[0].question

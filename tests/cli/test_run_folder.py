@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orthrus_rag.eval.predictions import PredictionLog
+from orthrus_rag.eval.experiment.predictions import PredictionLog
 from orthrus_rag.cli.run import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +145,7 @@ def test_a_damaged_line_before_the_last_stops_the_run_and_changes_nothing(app, t
 
 
 def test_a_full_disk_stops_the_run_keeps_every_row_and_resume_finishes(app, tmp_path, capsys, monkeypatch):
-    from orthrus_rag.eval.predictions import PredictionLog
+    from orthrus_rag.eval.experiment.predictions import PredictionLog
 
     folder = tmp_path / "run"
     real, calls = PredictionLog.append, []

@@ -3,8 +3,8 @@ from collections import Counter
 
 import pytest
 
-from orthrus_rag.eval.datasets import load_questions
-from orthrus_rag.eval.metrics import YES_NO
+from orthrus_rag.eval.experiment.datasets import load_questions
+from orthrus_rag.eval.experiment.metrics import YES_NO
 from orthrus_rag.indexes.corpus import load_corpus
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 

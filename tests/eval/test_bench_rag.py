@@ -9,9 +9,9 @@ import pytest
 
 from orthrus_rag.eval.bench.backends import EngineBackend, HFBackend
 from orthrus_rag.eval.bench.rag import LoggedBackend, RagSetup, RagWorkload, run_rag_bench
-from orthrus_rag.eval.datasets import load_questions
-from orthrus_rag.eval.load import arrival_offsets
-from orthrus_rag.eval.report import write_rag_reports
+from orthrus_rag.eval.experiment.datasets import load_questions
+from orthrus_rag.eval.load.arrivals import arrival_offsets
+from orthrus_rag.eval.bench.report import write_rag_reports
 from orthrus_rag.indexes import load_corpus
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from orthrus_rag.eval.data.build_2wiki import main
-from orthrus_rag.eval.datasets import load_questions
+from orthrus_rag.eval.experiment.datasets import load_questions
 from orthrus_rag.indexes import load_corpus
 
 DEV = [

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from orthrus_rag.eval.datasets import (DatasetError, DatasetSpec, Question, context_passages, load_aliases, load_questions,
+from orthrus_rag.eval.experiment.datasets import (DatasetError, DatasetSpec, Question, context_passages, load_aliases, load_questions,
                            read_official, read_questions, read_rows, select_split)
 from orthrus_rag.rag.types import Passage
 from orthrus_rag.settings import UserError
@@ -94,7 +94,7 @@ def test_a_hugging_face_id_reaches_the_hugging_face_loader(monkeypatch, tmp_path
     spec = DatasetSpec("hub", "hf:owner/name", "corpus.jsonl", "dev", None)
     assert spec.path == "hf:owner/name" and spec.corpus == tmp_path / "corpus.jsonl"
     asked = []
-    monkeypatch.setattr("orthrus_rag.eval.datasets.load_hf_questions",
+    monkeypatch.setattr("orthrus_rag.eval.experiment.datasets.load_hf_questions",
                         lambda *args: asked.append(args) or [Question("q", "?", "a")])
     assert read_questions(spec) == [Question("q", "?", "a")] and asked == [("owner/name", "dev", None)]
 

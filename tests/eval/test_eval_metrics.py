@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orthrus_rag.eval.metrics import (MetricSettings, QuestionScores, acc, acc_substring, aggregate, all_gold, bootstrap_ci,
+from orthrus_rag.eval.experiment.metrics import (MetricSettings, QuestionScores, acc, acc_substring, aggregate, all_gold, bootstrap_ci,
                           exact_match, extra_results, f1, normalize_answer, passage_recall, score_answer,
                           scores_by_type)
 from orthrus_rag.rag.types import Passage
@@ -215,7 +215,7 @@ def test_scores_by_type_by_hand():
 
 
 def test_extra_results_keys(tmp_path):
-    from orthrus_rag.eval.datasets import DatasetSpec
+    from orthrus_rag.eval.experiment.datasets import DatasetSpec
 
     (tmp_path / "q.jsonl").write_text("".join(
         json.dumps({"id": f"q{i}", "question": "?", "answer": "a", "type": "comparison"}) + "\n" for i in range(5)))
@@ -251,7 +251,7 @@ def test_a_bad_metrics_setting_is_a_user_error_naming_the_key(group, message):
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, orthrus_rag.eval.metrics; sys.exit(3 if 'torch' in sys.modules else 0)"
+    code = "import sys, orthrus_rag.eval.experiment.metrics; sys.exit(3 if 'torch' in sys.modules else 0)"
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
-    assert done.returncode == 0, "import orthrus_rag.eval.metrics imported torch"
+    assert done.returncode == 0, "import orthrus_rag.eval.experiment.metrics imported torch"

@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orthrus_rag.eval.datasets import DatasetSpec
-from orthrus_rag.eval.run_info import data_facts, environment, git_state
+from orthrus_rag.eval.experiment.datasets import DatasetSpec
+from orthrus_rag.eval.experiment.run_info import data_facts, environment, git_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +58,6 @@ def test_unreadable_data_leaves_sizes_unknown(tmp_path):
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, orthrus_rag.eval.run_info; sys.exit(3 if 'torch' in sys.modules else 0)"
+    code = "import sys, orthrus_rag.eval.experiment.run_info; sys.exit(3 if 'torch' in sys.modules else 0)"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from orthrus_rag.eval.load import Load, arrival_gaps, arrival_offsets
+from orthrus_rag.eval.load.arrivals import Load, arrival_gaps, arrival_offsets
 
 
 @pytest.mark.parametrize("rate, burstiness", [(0.5, 1.0), (4.0, 1.0), (2.0, 4.0), (2.0, 0.25)])

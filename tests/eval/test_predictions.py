@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orthrus_rag.eval import predictions
-from orthrus_rag.eval.predictions import FSYNC_EVERY, LogFormatError, PredictionLog
+from orthrus_rag.eval.experiment import predictions
+from orthrus_rag.eval.experiment.predictions import FSYNC_EVERY, LogFormatError, PredictionLog
 
 ROWS = [{"id": f"q{i}", "prediction": text, "error": None}
         for i, text in enumerate(["Åström", "東京 and 大阪", "plain", "emoji 🦜 at the end 🦜"])]

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from orthrus_rag.eval.bench.rag import Call
-from orthrus_rag.eval.bench.rag_metrics import call_stats, goodput, latency_stats, ratios, time_share, timeline
-from orthrus_rag.eval.report import format_rag_table, main, merge_benches, write_rag_reports
+from orthrus_rag.eval.bench.rag_metrics import call_stats, goodput, latency_stats, rag_ratios, time_share, timeline
+from orthrus_rag.eval.bench.report import format_rag_table, main, merge_benches, write_rag_reports
 
 
 def test_latency_stats_by_hand():
@@ -70,7 +70,7 @@ def synthetic_bench() -> dict:
     for rate, scale in ((0.5, 1.0), (1.0, 2.0)):
         modes = {"hetero": mode("hetero", [1.0 * scale, 2.0 * scale, 3.0 * scale], 10.0, ["a", "b", "c"], 1 / 3),
                  "isolated": mode("isolated", [2.0 * scale, 4.0 * scale, 8.0 * scale], 12.0, ["a", "b", "x"], 1 / 3)}
-        sweep.append({"load": f"rate {rate:g}/s", "rate": rate, "modes": modes, "ratios": ratios(modes)})
+        sweep.append({"load": f"rate {rate:g}/s", "rate": rate, "modes": modes, "ratios": rag_ratios(modes)})
     head = sweep[1]
     return {"workload": "rag", "modes": head["modes"], "ratios": head["ratios"],
             "headline": {"p99": head["load"], "qps": head["load"]}, "sweep": sweep,
@@ -132,7 +132,7 @@ def test_merge_joins_runs_of_one_load_by_mode():
 
 
 def test_step_spans_fold_long_steps():
-    from orthrus_rag.eval.report import step_spans
+    from orthrus_rag.eval.bench.report import step_spans
 
     def row(t, steps, busy, decode=0, in_flight=1):
         return {"t": t, "dt": 0.25, "steps": steps, "busy_s": busy, "decode": decode, "prefill": 0, "embed": 0,

@@ -1,13 +1,13 @@
-"""`python -m orthrus_rag.eval.retrieval_recall` on the demo set with the tiny random models: one row per retrieval mode,
+"""`python -m orthrus_rag.eval.experiment.retrieval_recall` on the demo set with the tiny random models: one row per retrieval mode,
 BM25's row equal to scoring the BM25 index directly, rows merged across runs, one-line errors."""
 import json
 import sys
 
 import pytest
 
-from orthrus_rag.eval.datasets import load_questions
-from orthrus_rag.eval.metrics import all_gold, passage_recall
-from orthrus_rag.eval.retrieval_recall import main
+from orthrus_rag.eval.experiment.datasets import load_questions
+from orthrus_rag.eval.experiment.metrics import all_gold, passage_recall
+from orthrus_rag.eval.experiment.retrieval_recall import main
 from orthrus_rag.indexes import load_corpus
 from orthrus_rag.indexes.bm25_index import BM25Index
 from orthrus_rag.demo import demo_corpus_path, demo_questions_path

@@ -1,6 +1,6 @@
 """Reports for the rag benchmark: bench.json, a Markdown table, and PNG plots.
 
-    python -m orthrus_rag.eval.report outputs/bench/rag/*/bench.json --out reports/rag   # merge: a run per rate or mode
+    python -m orthrus_rag.eval.bench.report outputs/bench/rag/*/bench.json --out reports/rag   # merge: a run per rate or mode
 
 Which plot shows what, and when each is written: eval/bench/README.md (workload=rag).
 """
@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from orthrus_rag.eval.bench.metrics import MODES  # noqa: E402
-from orthrus_rag.eval.bench.rag_metrics import TOKEN_KINDS, headline, ratios  # noqa: E402
-from orthrus_rag.eval.markdown import cell, markdown_table  # noqa: E402
+from orthrus_rag.eval.bench.rag_metrics import TOKEN_KINDS, headline, rag_ratios  # noqa: E402
+from orthrus_rag.eval.experiment.markdown import cell, markdown_table  # noqa: E402
 
 COLORS = {"hetero": "tab:blue", "isolated": "tab:orange", "alternating": "tab:green", "hf": "tab:red",
           "decode": "tab:blue", "prefill": "tab:purple", "embed": "tab:orange"}
@@ -167,14 +167,14 @@ def merge_benches(benches: list[dict]) -> dict:
     for entry in (e for b in benches for e in b["sweep"]):
         if (kept := by_rate.get(entry["rate"])) is not None:
             modes = {**kept["modes"], **entry["modes"]}
-            entry = dict(kept, modes=modes, ratios=ratios(modes))
+            entry = dict(kept, modes=modes, ratios=rag_ratios(modes))
         by_rate[entry["rate"]] = entry
     sweep = sorted(by_rate.values(), key=lambda e: -1 if e["rate"] is None else e["rate"])
     return dict(benches[0], sweep=sweep, **headline(sweep))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m orthrus_rag.eval.report", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m orthrus_rag.eval.bench.report", description=__doc__.split("\n")[0])
     parser.add_argument("benches", nargs="+", type=Path, help="bench.json files of workload rag")
     parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, bench.md and the plots")
     args = parser.parse_args(argv)

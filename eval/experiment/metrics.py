@@ -1,7 +1,7 @@
 """Answer metrics (EM, F1, Acc, Acc-substring), retrieval metrics (gold passage recall), bootstrap confidence
 intervals and scores by question type. EM and F1 follow the official 2WikiMultihopQA scorer.
 
-Imports neither torch nor the engine: `import orthrus_rag.eval.metrics` is cheap.
+Imports neither torch nor the engine: `import orthrus_rag.eval.experiment.metrics` is cheap.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 from orthrus_rag.settings import UserError, typed
 
 if TYPE_CHECKING:
-    from orthrus_rag.eval.datasets import DatasetSpec
+    from orthrus_rag.eval.experiment.datasets import DatasetSpec
     from orthrus_rag.rag.types import Passage
 
 YES_NO = ("yes", "no", "noanswer")
@@ -119,7 +119,7 @@ def score_answer(prediction: str, golds: Sequence[str], gold_titles: Sequence[st
 
 
 def score_answers(questions: Sequence, answers: Sequence) -> list[QuestionScores]:
-    """`score_answer` for each question (an orthrus_rag.eval.datasets.Question) and its pipeline Answer, in order."""
+    """`score_answer` for each question (an orthrus_rag.eval.experiment.datasets.Question) and its pipeline Answer, in order."""
     return [score_answer(a.prediction, q.answers, q.gold_titles, a.passages) for q, a in zip(questions, answers)]
 
 
@@ -193,7 +193,7 @@ def extra_results(spec: DatasetSpec, questions: Sequence, scores: Sequence[Quest
     """The results.json keys beside `metrics`: `ci` (bootstrap intervals drawn as `settings` says), `by_type`,
     `run` (machine, versions, commit, date) and `data` (which questions of the run's dataset `spec` out of how
     many, which corpus)."""
-    from orthrus_rag.eval.run_info import data_facts, environment
+    from orthrus_rag.eval.experiment.run_info import data_facts, environment
 
     resamples, seed = settings.bootstrap_resamples, settings.bootstrap_seed
     ci = {"level": CI_LEVEL, "method": "percentile bootstrap over questions", "resamples": resamples, "seed": seed,

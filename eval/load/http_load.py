@@ -6,9 +6,9 @@ requests all come from one address, so the server it starts admits that many at 
 (`server.max_concurrent_per_key`, `server.max_connections`); a server given with --url keeps its own limits and
 answers 429 past them.
 
-    python eval/load_test_server.py --requests 500 --max-tokens 16
-    python eval/load_test_server.py --model /models/Qwen3-0.6B --override runtime.dtype=float32
-    python eval/load_test_server.py --url http://127.0.0.1:8000   # an already running server
+    python eval/load/http_load.py --requests 500 --max-tokens 16
+    python eval/load/http_load.py --model /models/Qwen3-0.6B --override runtime.dtype=float32
+    python eval/load/http_load.py --url http://127.0.0.1:8000   # an already running server
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["rivers", "mountains", "old bridges", "harbours", "libraries", "winter fairs", "railways", "lighthouses"]
 
 
