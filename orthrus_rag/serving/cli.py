@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
@@ -23,6 +24,16 @@ from orthrus_rag.stack import StackPlan
 APP = "orthrus-rag-serve"
 log = logging.getLogger("orthrus_rag.serving")
 T = TypeVar("T")
+
+
+def register_defaults() -> None:
+    """ServerSettings' defaults as the config `server/server_defaults` that conf/server/default.yaml starts from, so
+    each is written once (`embedding` comes from the `embedder` group: `server_settings`)."""
+    node = ServerSettings().model_dump(exclude={"embedding"})
+    ConfigStore.instance().store(group="server", name="server_defaults", node=node)
+
+
+register_defaults()
 
 
 def server_settings(cfg: DictConfig) -> ServerSettings:

@@ -26,10 +26,12 @@ class RagSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> the pipeline's own settings
+    enabled: bool = True  # false: /v1/rag answers 501
+    # name -> a `pipeline` group entry (conf/serve.yaml fills it)
+    pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict)
     pipeline: str = "standard_rag"  # used when a request names none; one of `pipelines` (empty: it alone is served)
-    corpus: str | None = None  # a .jsonl/.json corpus; None: the embedded demo corpus
+    # .jsonl/.json passages; None: the embedded demo corpus (indexed and searched as the `index` group says)
+    corpus: str | None = None
 
     @field_validator("pipeline")
     @classmethod
@@ -50,39 +52,56 @@ class UiSettings(BaseModel):
     enabled: bool = True  # false: no page at / (the API is unchanged)
     public: bool = False  # with server.api_key: true serves the page's files without the key (its API calls need it)
     dataset: str | None = None  # a question file (.jsonl or .json) offered beside the demo questions; None: none
-    dataset_split: Literal["dev", "test", "all"] = "dev"
+    dataset_split: Literal["dev", "test", "all"] = "dev"  # the split of `dataset` offered
     dataset_limit: int | None = Field(200, ge=1)  # the first N questions of the split; None: all
 
 
 class ServerSettings(BaseModel):
-    """Every setting's meaning and default: conf/server/default.yaml and docs/serving.md."""
+    """The `server` group: each setting's one default and meaning (conf/server/default.yaml starts from them,
+    orthrus_rag/serving/cli.py registers them; docs/serving.md says what each guards against); override any as
+    `server.<field>=<value>`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # loopback only; 0.0.0.0 exposes the server (then set an api_key)
     port: int = Field(8000, ge=0, le=65535)
-    api_key: str | None = None  # None: no key unless $ORTHRUS_RAG_API_KEY is set (see `from_config`)
-    allowed_hosts: list[str] | None = None  # Host headers answered; None: loopback and the bound address (hosts.py)
-    metrics_public: bool = False  # with an api_key: true serves /metrics without it
-    max_body_bytes: int = Field(1_048_576, ge=1)
-    max_embedding_inputs: int = Field(256, ge=1)  # inputs per /v1/embeddings request (400 beyond)
-    max_chat_messages: int = Field(256, ge=1)  # messages per /v1/chat/completions request (400 beyond)
+    # None: no key unless $ORTHRUS_RAG_API_KEY is set (`from_config`); with a key every route but /health needs
+    # 'Authorization: Bearer <key>'; an empty key is refused
+    api_key: str | None = None
+    # Host headers answered (others get 400: no DNS rebinding); None: localhost, 127.0.0.1, ::1 and `host` (for
+    # 0.0.0.0 or ::, also this machine's name and addresses: hosts.py); a list such as [rag.example.com,
+    # '*.internal'], or ['*'] for any host
+    allowed_hosts: list[str] | None = None
+    metrics_public: bool = False  # with an api_key: true serves /metrics without it (a scraper without the key)
+    max_body_bytes: int = Field(1_048_576, ge=1)  # larger request bodies get 413; a body that is not JSON gets 415
+    max_embedding_inputs: int = Field(256, ge=1)  # inputs per /v1/embeddings request (OpenAI takes 2048); 400 beyond
+    max_chat_messages: int = Field(256, ge=1)  # messages per /v1/chat/completions request; 400 beyond
     default_max_tokens: int = Field(256, ge=1)  # for a request without max_tokens (less if its prompt leaves less room)
-    served_model_name: str | None = None  # None: derived from the generator's name or folder
-    served_embedder_name: str | None = None  # None: derived from the embedder's name or folder
+    served_model_name: str | None = None  # None: model.name (a folder by its last component)
+    served_embedder_name: str | None = None  # None: embedder.name (a folder by its last component)
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"  # uvicorn's levels
-    timeout_graceful_shutdown: float | None = 30.0  # seconds to let in-flight requests finish on shutdown
-    request_timeout_s: float | None = Field(600.0, gt=0)  # a /v1 request's deadline (504 past it); None: none
-    stream_write_timeout_s: float | None = Field(60.0, gt=0)  # a response its client reads nothing of is cut after
-    max_concurrent_per_key: int | None = Field(256, ge=1)  # /v1 requests in flight per API key (429 beyond)
-    max_connections: int | None = Field(1024, ge=1)  # connections at once, server-wide (503 beyond); None: no limit
-    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    timeout_graceful_shutdown: float | None = 30.0  # seconds in-flight requests get to finish on shutdown
+    # seconds a /v1 request may take (a request's own `timeout` field can shorten it); past it the request is stopped
+    # in the engine and answered 504; None: no deadline
+    request_timeout_s: float | None = Field(600.0, gt=0)
+    # a response (a stream) whose client reads nothing for this long is stopped in the engine and its connection
+    # closed; None: wait for ever
+    stream_write_timeout_s: float | None = Field(60.0, gt=0)
+    # /v1 requests in flight per API key (per client address when the server has no key, whatever token a client
+    # sends); 429 beyond; None: no limit (listings such as /v1/models and /v1/engine/steps are not counted)
+    max_concurrent_per_key: int | None = Field(256, ge=1)
+    # open connections at once, server-wide (uvicorn's limit_concurrency); 503 beyond; None: no limit (one process
+    # only: Ray Serve's proxy has its own limits)
+    max_connections: int | None = Field(1024, ge=1)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)  # from the `embedder` group (cli.py)
     rag: RagSettings = Field(default_factory=RagSettings)
-    ui: UiSettings = Field(default_factory=UiSettings)
-    replicas: int = Field(1, ge=1)  # engine replicas; >1 serves on Ray Serve (orthrus_rag/serving/ray_serve.py)
-    ray_address: str | None = None  # the Ray cluster to join; None: a local one (replicas>1 only)
-    num_cpus: float = Field(1.0, ge=0)  # CPUs Ray reserves for each replica
-    num_gpus: float = Field(0.0, ge=0)  # GPUs Ray gives each replica (1: one accelerator per engine)
+    ui: UiSettings = Field(default_factory=UiSettings)  # the web page at / (docs/web.md)
+    # Scale-out (docs/serving.md: Scaling out): replicas > 1 serves the same API on Ray Serve, one ingress with these
+    # routes and `replicas` engine replicas, each with its own engine and /v1/rag index; /metrics sums their counters
+    replicas: int = Field(1, ge=1)  # engine replicas; 1: this process alone, no Ray
+    ray_address: str | None = None  # the Ray cluster to join (auto, ray://head:10001, head:6379); None: a local one
+    num_cpus: float = Field(1.0, ge=0)  # CPUs Ray reserves per replica (its torch threads unless runtime sets them)
+    num_gpus: float = Field(0.0, ge=0)  # GPUs per replica: 1 puts one engine on each accelerator
 
     @field_validator("api_key")
     @classmethod

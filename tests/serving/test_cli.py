@@ -25,6 +25,16 @@ def engine_config(cfg) -> EngineConfig:
     return stack_plan(cfg, server_settings(cfg)).engine
 
 
+def test_the_server_group_starts_from_the_settings_defaults_alone():
+    from omegaconf import OmegaConf
+
+    composed = OmegaConf.to_container(config().server, resolve=True)
+    del composed["rag"]["pipelines"]  # conf/serve.yaml fills them from the pipeline group
+    assert composed == ServerSettings().model_dump(exclude={"embedding": True, "rag": {"pipelines": True}})
+    yaml = (CONF_DIR / "server" / "default.yaml").read_text(encoding="utf-8")
+    assert [line for line in yaml.splitlines() if line and not line.startswith(("#", "defaults:", "  - "))] == []
+
+
 def test_defaults_bind_loopback_and_map_runtime_one_to_one(monkeypatch):
     monkeypatch.delenv("ORTHRUS_RAG_API_KEY", raising=False)
     cfg = config("runtime.max_waiting=7", "server.port=9001")
