@@ -16,9 +16,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orthrus_rag.eval.experiment.markdown import markdown_table
 from orthrus_rag.files import write_atomic
 from orthrus_rag.launch import CONF_DIR
+
+from .experiment.markdown import markdown_table
 
 
 @dataclass(frozen=True)

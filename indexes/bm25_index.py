@@ -17,9 +17,10 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
-from orthrus_rag.indexes.corpus import corpus_fingerprint
-from orthrus_rag.indexes.manifest import check_corpus
 from orthrus_rag.rag.types import Passage
+
+from .corpus import corpus_fingerprint
+from .manifest import check_corpus
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its build notes reach the console
 BM25_MANIFEST_FILE = "bm25.json"

@@ -9,11 +9,12 @@ from typing import Any, Awaitable, Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from orthrus_rag.indexes.faiss_index import DenseIndex, IndexMismatchError
-from orthrus_rag.indexes.manifest import MANIFEST_FILE
 from orthrus_rag.engine import EngineLike
 from orthrus_rag.rag.embedding import EmbeddingRecipe
 from orthrus_rag.rag.types import Passage
+
+from .faiss_index import DenseIndex, IndexMismatchError
+from .manifest import MANIFEST_FILE
 
 EmbedMany = Callable[[list[str]], Awaitable[np.ndarray]]
 

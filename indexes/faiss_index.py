@@ -8,10 +8,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from orthrus_rag.indexes.corpus import corpus_fingerprint
-from orthrus_rag.indexes.manifest import MANIFEST_FILE, IndexManifest, IndexMismatchError, check_corpus
-from orthrus_rag.indexes.placement import TorchFlatSearch, faiss_module, place
 from orthrus_rag.rag.types import Passage
+
+from .corpus import corpus_fingerprint
+from .manifest import MANIFEST_FILE, IndexManifest, IndexMismatchError, check_corpus
+from .placement import TorchFlatSearch, faiss_module, place
 
 INDEX_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"  # a Flat index saved where faiss is not installed

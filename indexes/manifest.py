@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from orthrus_rag.indexes.corpus import corpus_fingerprint
 from orthrus_rag.rag.types import Passage
+
+from .corpus import corpus_fingerprint
 
 MANIFEST_FILE = "manifest.json"
 

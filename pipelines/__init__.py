@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from orthrus_rag.rag import Pipeline, Reasoner, Retriever
 from orthrus_rag.settings import check_settings
-from orthrus_rag.pipelines.ircot import IRCoT
-from orthrus_rag.pipelines.iter_retgen import IterRetGen
-from orthrus_rag.pipelines.no_retrieval import NoRetrieval
-from orthrus_rag.pipelines.self_ask import SelfAsk
-from orthrus_rag.pipelines.standard_rag import StandardRAG
+
+from .ircot import IRCoT
+from .iter_retgen import IterRetGen
+from .no_retrieval import NoRetrieval
+from .self_ask import SelfAsk
+from .standard_rag import StandardRAG
 
 PIPELINES: dict[str, type[Pipeline]] = {
     "no_retrieval": NoRetrieval,

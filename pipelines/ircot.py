@@ -39,7 +39,8 @@ from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer, find_answer
 from orthrus_rag.rag.answer import clean_answer, first_sentence
 from orthrus_rag.rag.reasoner import Message
-from orthrus_rag.pipelines.prompts import load_demos, load_prompt
+
+from .prompts import load_demos, load_prompt
 
 QUERIES = ("sentence", "question+sentence")
 ANSWER_FROM = ("reader", "chain", "conclude")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer
-from orthrus_rag.pipelines.prompts import load_demos, load_prompt
+
+from .prompts import load_demos, load_prompt
 
 
 @dataclass(kw_only=True)

@@ -6,7 +6,8 @@ from typing import ClassVar
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Pipeline, extract_answer
-from orthrus_rag.pipelines.prompts import load_demos, load_prompt
+
+from .prompts import load_demos, load_prompt
 
 
 @dataclass(kw_only=True)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Message, Passage, Pipeline, extract_answer, find_answer
-from orthrus_rag.pipelines.ircot import add_new
-from orthrus_rag.pipelines.prompts import load_demos, load_prompt
+
+from .ircot import add_new
+from .prompts import load_demos, load_prompt
 
 FOLLOW_UP = "Follow up:"
 INTERMEDIATE = "Intermediate answer:"

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 from orthrus_rag.engine import SamplingParams
 from orthrus_rag.rag import Answer, Pipeline, extract_answer
-from orthrus_rag.pipelines.prompts import load_demos, load_prompt
+
+from .prompts import load_demos, load_prompt
 
 
 @dataclass(kw_only=True)

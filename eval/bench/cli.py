@@ -13,10 +13,11 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from orthrus_rag.eval.bench.metrics import MODES
 from orthrus_rag.launch import UserError, launch
 from orthrus_rag.settings import check_settings, plain, typed, user_errors
 from orthrus_rag.stack import StackPlan
+
+from .metrics import MODES
 
 APP = "orthrus-rag-bench"
 
@@ -32,7 +33,7 @@ WORKLOAD_MINIMUMS = {"clients": 1, "requests": 1, "gen_prompt_tokens": 1, "embed
 
 def workload_from_config(cfg: DictConfig):
     """The closed-loop workload; its counts and shares are in range, else a UserError naming the key."""
-    from orthrus_rag.eval.bench.runner import Phase, Workload
+    from .runner import Phase, Workload
 
     check_modes(cfg)
     spec = plain(cfg.workload)
@@ -59,9 +60,9 @@ def rag_rates(cfg: DictConfig) -> list:
 
 
 def run_rag(cfg: DictConfig) -> dict:
-    from orthrus_rag.eval.bench.rag import RagSetup, RagWorkload, run_rag_bench
-    from orthrus_rag.eval.experiment.datasets import DatasetSpec, read_questions
-    from orthrus_rag.eval.bench.report import format_rag_table, write_rag_reports
+    from ..experiment.datasets import DatasetSpec, read_questions
+    from .rag import RagSetup, RagWorkload, run_rag_bench
+    from .report import format_rag_table, write_rag_reports
 
     check_modes(cfg)
     spec = DatasetSpec.from_config(cfg.dataset)
@@ -78,15 +79,15 @@ def run_rag(cfg: DictConfig) -> dict:
 
 
 def run(cfg: DictConfig) -> dict:
-    from orthrus_rag.eval.bench.runner import format_table, run_bench
+    from .runner import format_table, run_bench
 
     if cfg.workload.name == "rag":
         return run_rag(cfg)
     if cfg.workload.name == "steps":
-        from orthrus_rag.eval.bench.steps import format_steps_table, steps_bench
+        from .steps import format_steps_table, steps_bench
         return write_bench(steps_bench(cfg), format_steps_table)
     if cfg.workload.name == "indexing":
-        from orthrus_rag.eval.bench.indexing import format_indexing_table, indexing_bench
+        from .indexing import format_indexing_table, indexing_bench
         return write_bench(indexing_bench(cfg), format_indexing_table)
     workload = workload_from_config(cfg)
     plan = StackPlan.from_config(cfg, pipelines={})

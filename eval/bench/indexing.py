@@ -10,11 +10,12 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from orthrus_rag.eval.experiment.markdown import markdown_table
 from orthrus_rag.engine import AsyncEngine, EngineConfig, SamplingParams
 from orthrus_rag.rag.embedding import EmbeddingRecipe
-from orthrus_rag.settings import UserError, plain, typed
 from orthrus_rag.rag.types import Passage
+from orthrus_rag.settings import UserError, plain, typed
+
+from ..experiment.markdown import markdown_table
 
 
 @dataclass
@@ -83,8 +84,9 @@ def indexing_bench(cfg) -> dict:
     """bench.json's dictionary for the Hydra config (the CLI writes it and prints `format_indexing_table`)."""
     from hydra.utils import to_absolute_path
 
-    from orthrus_rag.eval.experiment.run_info import environment
     from orthrus_rag.stack import StackPlan
+
+    from ..experiment.run_info import environment
 
     workload = typed(IndexingWorkload, cfg.workload, "workload")
     plan = StackPlan.from_config(cfg, to_absolute_path(cfg.corpus), pipelines={}, with_index=True)

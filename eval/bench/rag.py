@@ -12,13 +12,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from orthrus_rag.eval.bench.metrics import Call
-from orthrus_rag.eval.bench.rag_metrics import RunData, headline, rag_ratios, summarize_run
-from orthrus_rag.eval.bench.runner import engine_delta, mode_threads, on_fresh_backend, ran_dtype
-from orthrus_rag.eval.experiment.run_info import environment
-from orthrus_rag.eval.load.arrivals import Load
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, PoolingParams, SamplingParams
 from orthrus_rag.stack import StackPlan
+
+from ..experiment.run_info import environment
+from ..load.arrivals import Load
+from .metrics import Call
+from .rag_metrics import RunData, headline, rag_ratios, summarize_run
+from .runner import engine_delta, mode_threads, on_fresh_backend, ran_dtype
 
 WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orthrus_rag.eval.bench.metrics import BASELINES, Call, latency_stats, percentile, ratio
-from orthrus_rag.eval.load.arrivals import Load
-from orthrus_rag.eval.experiment.metrics import aggregate, score_answers
+from ..experiment.metrics import aggregate, score_answers
+from ..load.arrivals import Load
+from .metrics import BASELINES, Call, latency_stats, percentile, ratio
 
 TOKEN_KINDS = ("decode", "prefill", "embed")
 RAW_KEYS = ("latencies_s", "timeline", "predictions")

@@ -15,9 +15,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from orthrus_rag.eval.bench.metrics import MODES  # noqa: E402
-from orthrus_rag.eval.bench.rag_metrics import TOKEN_KINDS, headline, rag_ratios  # noqa: E402
-from orthrus_rag.eval.experiment.markdown import cell, markdown_table  # noqa: E402
+from ..experiment.markdown import cell, markdown_table  # noqa: E402
+from .metrics import MODES  # noqa: E402
+from .rag_metrics import TOKEN_KINDS, headline, rag_ratios  # noqa: E402
 
 COLORS = {"hetero": "tab:blue", "isolated": "tab:orange", "alternating": "tab:green", "hf": "tab:red",
           "decode": "tab:blue", "prefill": "tab:purple", "embed": "tab:orange"}

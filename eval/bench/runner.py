@@ -13,13 +13,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from orthrus_rag.eval.bench.backends import EngineBackend, HFBackend, IsolatedBackend
-from orthrus_rag.eval.bench.metrics import MODES, Call, counter_delta, ratios, summarize
-from orthrus_rag.eval.bench.workload import Request, make_requests
-from orthrus_rag.eval.experiment.markdown import cell
-from orthrus_rag.eval.experiment.run_info import environment
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
 from orthrus_rag.models import resolve_dtype, usable_cores
+
+from ..experiment.markdown import cell
+from ..experiment.run_info import environment
+from .backends import EngineBackend, HFBackend, IsolatedBackend
+from .metrics import MODES, Call, counter_delta, ratios, summarize
+from .workload import Request, make_requests
 
 
 @dataclass

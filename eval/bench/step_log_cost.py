@@ -13,9 +13,10 @@ import statistics
 import time
 from collections.abc import Callable
 
-from orthrus_rag.eval.bench.metrics import percentile
-from orthrus_rag.engine import EngineConfig, LLMEngine, PoolingParams, SamplingParams
 from orthrus_rag.demo import demo_corpus_path
+from orthrus_rag.engine import EngineConfig, LLMEngine, PoolingParams, SamplingParams
+
+from .metrics import percentile
 
 PROMPT_WORDS = 150
 

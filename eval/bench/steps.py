@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from orthrus_rag.eval.experiment.markdown import markdown_table
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams, attention
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.block_manager import BlockManager
@@ -26,6 +25,8 @@ from orthrus_rag.engine.sequence import Sequence, Status
 from orthrus_rag.models import load_generator
 from orthrus_rag.models.device import native_bf16
 from orthrus_rag.settings import UserError, check_settings, plain, typed
+
+from ..experiment.markdown import markdown_table
 
 
 @dataclass

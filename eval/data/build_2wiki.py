@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orthrus_rag.eval.experiment.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
-                           record_paragraphs)
+from ..experiment.datasets import (DatasetError, context_passages, load_aliases, merge_aliases, read_official,
+                                   record_paragraphs)
 
 PASSAGE_PREFIX = "2wd"
 

@@ -16,8 +16,9 @@ import numpy as np
 from orthrus_rag.settings import UserError, typed
 
 if TYPE_CHECKING:
-    from orthrus_rag.eval.experiment.datasets import DatasetSpec
     from orthrus_rag.rag.types import Passage
+
+    from .datasets import DatasetSpec
 
 YES_NO = ("yes", "no", "noanswer")
 CI_LEVEL = 0.95
@@ -193,7 +194,7 @@ def extra_results(spec: DatasetSpec, questions: Sequence, scores: Sequence[Quest
     """The results.json keys beside `metrics`: `ci` (bootstrap intervals drawn as `settings` says), `by_type`,
     `run` (machine, versions, commit, date) and `data` (which questions of the run's dataset `spec` out of how
     many, which corpus)."""
-    from orthrus_rag.eval.experiment.run_info import data_facts, environment
+    from .run_info import data_facts, environment
 
     resamples, seed = settings.bootstrap_resamples, settings.bootstrap_seed
     ci = {"level": CI_LEVEL, "method": "percentile bootstrap over questions", "resamples": resamples, "seed": seed,

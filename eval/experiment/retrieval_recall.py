@@ -18,14 +18,15 @@ from typing import Any, Sequence
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from orthrus_rag.eval.experiment.datasets import DatasetSpec, read_questions
-from orthrus_rag.eval.experiment.markdown import markdown_table
-from orthrus_rag.eval.experiment.metrics import all_gold, mean_of, passage_recall
-from orthrus_rag.eval.experiment.run_info import environment
 from orthrus_rag.launch import launch
 from orthrus_rag.retrieval import RETRIEVAL_MODES, RetrievalSettings, SearchIndexes, make_retriever
 from orthrus_rag.settings import UserError
 from orthrus_rag.stack import StackPlan
+
+from .datasets import DatasetSpec, read_questions
+from .markdown import markdown_table
+from .metrics import all_gold, mean_of, passage_recall
+from .run_info import environment
 
 APP = "retrieval_recall"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orthrus_rag.eval.experiment.datasets import DatasetSpec
+    from .datasets import DatasetSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def data_facts(spec: DatasetSpec, answered: int) -> dict[str, Any]:
 
 def question_counts(path: str | Path, split: str | None) -> dict[str, int | None]:
     """`split_size` (questions in the split) and `total` (questions in the file); None for Hugging Face ids."""
-    from orthrus_rag.eval.experiment.datasets import HF_PREFIX, read_rows, select_split
+    from .datasets import HF_PREFIX, read_rows, select_split
 
     if not str(path).startswith(HF_PREFIX):
         with contextlib.suppress(Exception):  # facts for the report only: an unreadable source leaves them unknown

@@ -13,10 +13,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from orthrus_rag.eval.gpu.parts import MIN_START_S, mixed_part, rag_part, steps_part, tests_part
-from orthrus_rag.eval.gpu.plan import Plan, load_plan
-from orthrus_rag.eval.gpu.report import render
-
+from .parts import MIN_START_S, mixed_part, rag_part, steps_part, tests_part
+from .plan import Plan, load_plan
+from .report import render
 
 PARTS = ("tests", "steps", "mixed", "rag")
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = load_plan("dry" if args.dry_run else "full")
     check = Check(plan, args.out, args.dry_run, args.budget or plan.budget_s)
     device = "cpu" if args.dry_run else "cuda"
-    from orthrus_rag.eval.gpu.machine import machine_info
+    from .machine import machine_info
 
     check.run_part("machine", machine_info)
     if not args.dry_run and not check.result["machine"].get("cuda"):

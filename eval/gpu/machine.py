@@ -6,9 +6,9 @@ import platform
 import time
 
 import torch
-
-from orthrus_rag.eval.experiment.run_info import command_output, git_state, machine, package_version
 from orthrus_rag.indexes.placement import faiss_has_gpu
+
+from ..experiment.run_info import command_output, git_state, machine, package_version
 
 PACKAGES = ("torch", "transformers", "sentence-transformers", "peft", "hydra-core", "faiss-cpu", "faiss-gpu",
             "flash-attn", "numpy")

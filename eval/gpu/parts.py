@@ -16,8 +16,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from orthrus_rag.eval.bench.metrics import ratios
-from orthrus_rag.eval.gpu.plan import BenchPart
+from ..bench.metrics import ratios
+from .plan import BenchPart
 
 MIN_START_S = 10  # a part with less time left than this is skipped
 

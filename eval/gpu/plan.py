@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from orthrus_rag.eval.bench.metrics import MODES
 from orthrus_rag.launch import CONF_DIR
+
+from ..bench.metrics import MODES
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """gpu_check.md: the sections of gpu_check.json as short tables, with the issue's GPU targets next to them."""
 from __future__ import annotations
 
-from orthrus_rag.eval.experiment.markdown import cell, markdown_table
+from ..experiment.markdown import cell, markdown_table
 
 
 def render(check: dict) -> str:
