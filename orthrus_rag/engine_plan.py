@@ -1,6 +1,6 @@
 """The `model`, `embedder` and `runtime` groups as what the engine and the embedding need: an EngineConfig (its dtype
-resolved for this machine) and an EmbeddingRecipe; the embedding adapter's folder is checked and its weights
-hashed (an index records which adapter embedded it)."""
+resolved for this machine), an EmbeddingRecipe, and where each model runs when not here (EndpointSettings); the
+embedding adapter's folder is checked and its weights hashed (an index records which adapter embedded it)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +16,7 @@ from orthrus_rag.models import resolve_adapter_path
 from orthrus_rag.models.device import cpu_flags, resolve_dtype
 from orthrus_rag.models.registry import ADAPTERS_DIR
 from orthrus_rag.rag.embedding import EmbeddingRecipe
+from orthrus_rag.rag.remote import EndpointSettings
 from orthrus_rag.settings import UserError, check_settings, plain, user_errors
 
 
@@ -75,3 +76,13 @@ def embedding_recipe(cfg: DictConfig, engine: EngineConfig) -> EmbeddingRecipe:
     return EmbeddingRecipe(params, query_prefix=cfg.embedder.get("query_prefix") or "",
                            passage_prefix=cfg.embedder.get("passage_prefix") or "", passage_max_tokens=cut,
                            adapter=adapter, dtype=engine.dtype)
+
+
+def endpoint_settings(cfg: DictConfig, group: str) -> EndpointSettings:
+    """The `model` or `embedder` group's endpoint keys (`endpoint`, `api_key_env`, `timeout_s`, `retries`); a wrong
+    value is a UserError naming its key."""
+    keys = {f.name for f in dataclasses.fields(EndpointSettings)}
+    values = {key: value for key, value in plain(cfg[group]).items() if key in keys}
+    check_settings(EndpointSettings, values, group)
+    with user_errors(ValueError, prefix=f"{group}."):
+        return EndpointSettings(**values)

@@ -33,9 +33,12 @@ def register_defaults() -> None:
     from orthrus_rag.engine import EngineConfig
     from orthrus_rag.index_plan import IndexSpec
     from orthrus_rag.pipelines import PIPELINES
+    from orthrus_rag.rag.remote import EndpointSettings
 
     store = ConfigStore.instance()
     store.store(group="runtime", name="engine_defaults", node=settings_node(EngineConfig, ("generator", "embedder")))
+    for group in ("model", "embedder"):  # untyped: each group's YAML adds its own keys
+        store.store(group=group, name="endpoint_defaults", node=dataclasses.asdict(EndpointSettings()))
     store.store(group="index", name="index_defaults", node=settings_node(IndexSpec))
     for name, cls in PIPELINES.items():
         store.store(group="pipeline", name=f"{name}_defaults", node=settings_node(cls, ("retriever", "reasoner"),

@@ -16,11 +16,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig, EngineLike, InvalidRequestError
-from orthrus_rag.engine_plan import embedding_recipe, engine_config
+from orthrus_rag.engine_plan import embedding_recipe, endpoint_settings, engine_config
 from orthrus_rag.index_plan import IndexSource, index_source, load_indexes
-from orthrus_rag.models import ModelNotFoundError
+from orthrus_rag.models import ModelNotFoundError, load_tokenizer
 from orthrus_rag.rag import EngineReasoner, Pipeline, Retriever
 from orthrus_rag.rag.embedding import EmbeddingRecipe
+from orthrus_rag.rag.remote import Endpoint, EndpointSettings, RemoteEngine, RemoteError
 from orthrus_rag.retrieval import SearchIndexes, make_retriever
 from orthrus_rag.settings import UserError, plain, user_errors
 
@@ -47,6 +48,8 @@ class StackPlan:
     embedding: EmbeddingRecipe
     index: IndexSource | None  # None: no pipeline retrieves
     pipelines: dict[str, dict[str, Any]]  # name -> its `pipeline` group (`name` plus settings), checked
+    generator_endpoint: EndpointSettings = EndpointSettings()  # model.endpoint and its settings
+    embedder_endpoint: EndpointSettings = EndpointSettings()  # embedder.endpoint and its settings
 
     @classmethod
     def from_config(cls, cfg: DictConfig, corpus: Path | str | None = None,
@@ -66,7 +69,12 @@ class StackPlan:
         engine = engine_config(cfg)
         embedding = embedding_recipe(cfg, engine)
         index = index_source(cfg, corpus, engine) if retrieves or with_index else None
-        return cls(engine, embedding, index, groups)
+        return cls(engine, embedding, index, groups, endpoint_settings(cfg, "model"), endpoint_settings(cfg, "embedder"))
+
+    @property
+    def remote(self) -> bool:
+        """Whether model.endpoint or embedder.endpoint sends a part of the work to another server."""
+        return any(e.endpoint is not None for e in (self.generator_endpoint, self.embedder_endpoint))
 
     def sharing_cores(self, threads: int) -> StackPlan:
         """This plan with `threads` torch threads where runtime.num_threads is unset (an engine that shares the
@@ -75,7 +83,25 @@ class StackPlan:
             return self
         return dataclasses.replace(self, engine=dataclasses.replace(self.engine, num_threads=max(1, threads)))
 
-    def start_engine(self) -> AsyncEngine:
+    def start_engine(self) -> EngineLike:
+        """The engine the pipelines run on: this process's (`start_local_engine`), or, where model.endpoint or
+        embedder.endpoint is set, a RemoteEngine that sends that part to its server (checked to answer and to serve
+        the model) and the rest to a local engine, started only when one part has no endpoint."""
+        if not self.remote:
+            return self.start_local_engine()
+        generator = Endpoint(self.generator_endpoint, self.engine.generator) \
+            if self.generator_endpoint.endpoint else None
+        embedder = Endpoint(self.embedder_endpoint, self.engine.embedder or self.engine.generator) \
+            if self.embedder_endpoint.endpoint else None
+        with user_errors(RemoteError):
+            for endpoint in filter(None, (generator, embedder)):
+                endpoint.check()
+        local = None if generator and embedder else self.start_local_engine()
+        with user_errors(ModelNotFoundError, suffix=" (model.name: its tokenizer renders the prompts here)"):
+            tokenizer = local.tokenizer if local is not None else load_tokenizer(self.engine.generator)
+        return RemoteEngine(tokenizer, generator, embedder, local)
+
+    def start_local_engine(self) -> AsyncEngine:
         """An AsyncEngine with the planned config; a missing model or a bad runtime value is a UserError."""
         print(f"loading {self.engine.generator} and {self.engine.embedder or 'backbone embeddings'} ...",
               file=sys.stderr)

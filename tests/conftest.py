@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random models built in code, the SmolLM2 tokenizer, offline hub."""
+"""Shared fixtures: tiny random models built in code, the SmolLM2 tokenizer, offline hub, and the Hydra apps run
+in-process on the tiny models."""
 from __future__ import annotations
 
 import os
@@ -6,7 +7,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Callable  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -121,3 +124,21 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def tiny_models(tiny_llama_dir: Path, tiny_encoder_dir: Path, tmp_path: Path) -> list[str]:
+    """Overrides that run an app on the tiny models, in float32, with the index in a temporary folder."""
+    return [f"model.name={tiny_llama_dir}", f"embedder.name={tiny_encoder_dir}", "runtime.dtype=float32",
+            f"index.folder={tmp_path / 'index'}"]
+
+
+@pytest.fixture
+def run_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Call an app's `main()` as if from the command line with these arguments."""
+
+    def run(main: Callable[[], None], app: str, *args: str) -> None:
+        monkeypatch.setattr(sys, "argv", [app, *args])
+        main()
+
+    return run

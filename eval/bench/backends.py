@@ -1,4 +1,4 @@
-"""The four ways of serving the same embed and generate requests that the benchmark compares (modes, cores and why
+"""The ways of serving the same embed and generate requests that the benchmark compares (modes, cores and why
 `isolated` runs the engine in both processes: eval/bench/README.md).
 
 Each backend is an `EngineLike` (orthrus_rag/engine/protocol.py), so it can stand in for an `AsyncEngine` under
@@ -27,6 +27,10 @@ from orthrus_rag.engine import AsyncEngine, EngineConfig, LLMEngine, PoolingPara
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, RequestTimings, Usage
 from orthrus_rag.models import load_embedder, load_generator, resolve_model_path, set_threads
 from orthrus_rag.training.pooled import backbone
+
+
+class ModeUnavailable(RuntimeError):
+    """A mode that cannot run here (a peer not installed, or not starting): the benchmark skips it, saying why."""
 
 
 class EngineBackend(AsyncEngine):

@@ -5,8 +5,9 @@ import math
 from dataclasses import dataclass
 
 KINDS = ("embed", "generate")
-BASELINES = ("isolated", "alternating", "hf")
+BASELINES = ("isolated", "alternating", "hf", "vllm", "vllm_shared")
 MODES = ("hetero", *BASELINES)  # the serving modes compared (eval/bench/README.md)
+DEFAULT_MODES = MODES[:4]  # those that need no peer installed (vllm*: ./install.sh --peers vllm)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from ..experiment.run_info import environment
 from ..load.arrivals import Load
 from .metrics import Call
 from .rag_metrics import RunData, headline, rag_ratios, summarize_run
-from .runner import engine_delta, mode_threads, on_fresh_backend, ran_dtype
+from .runner import each_mode, engine_delta, mode_threads, on_fresh_backend, ran_dtype
 
 WARMUP_TEMPLATE = "Which river flows through the town where warm-up person number {} was born?"
 
@@ -159,13 +159,16 @@ def run_rag_bench(setup: RagSetup, rates: list[float | None], modes: list[str]) 
     loads = setup.workload.loads(rates)
     index = shared_index(setup)
     summaries: dict[str, dict[str, dict]] = {load.label: {} for load in loads}
-    for mode in modes:
+
+    def every_load(mode: str) -> None:
         for load in loads:
             # the pipelines pass their own sampling and embedding params
             run = on_fresh_backend(mode, setup.plan.engine, SamplingParams(), setup.plan.embedding.params,
                                    lambda backend: run_load(mode, backend, setup, index, load))
             summaries[load.label][mode] = summarize_run(run, setup.questions, setup.workload.slo_s)
-    return assemble(summaries, loads, setup, modes)
+
+    ran, skipped = each_mode(modes, every_load)
+    return {**assemble(summaries, loads, setup, list(ran)), **skipped}
 
 
 # ---- bench.json -------------------------------------------------------------------------------------------------

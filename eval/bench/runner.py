@@ -9,6 +9,7 @@ import gc
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -18,8 +19,9 @@ from orthrus_rag.models import resolve_dtype, usable_cores
 
 from ..experiment.markdown import cell
 from ..experiment.run_info import environment
-from .backends import EngineBackend, HFBackend, IsolatedBackend
-from .metrics import MODES, Call, counter_delta, ratios, summarize
+from .backends import EngineBackend, HFBackend, IsolatedBackend, ModeUnavailable
+from .metrics import DEFAULT_MODES, MODES, Call, counter_delta, ratios, summarize
+from .vllm_peer import VLLMBackend
 from .workload import Request, make_requests
 
 
@@ -43,9 +45,17 @@ class Workload:
 
 
 def mode_threads(config: EngineConfig, mode: str) -> int:
-    """torch threads of a mode's engine: runtime.num_threads, else every core; `isolated` splits them in two."""
+    """torch threads of a mode's engine: runtime.num_threads, else every core; `isolated` and `vllm` split them in
+    two (vLLM binds its servers to the cores themselves: eval/bench/vllm_peer.py)."""
     threads = config.num_threads or usable_cores()
-    return max(1, threads // 2) if mode == "isolated" else threads
+    return max(1, threads // 2) if mode in ("isolated", "vllm") else threads
+
+
+def run_folder() -> Path:
+    """Where a mode's own files go (the vLLM servers' logs): the Hydra run folder, else the current one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path.cwd()
 
 
 def on_fresh_backend(mode: str, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams,
@@ -54,7 +64,9 @@ def on_fresh_backend(mode: str, config: EngineConfig, sampling: SamplingParams, 
     backends = {"hetero": lambda: EngineBackend(config, sampling, pooling),
                 "alternating": lambda: EngineBackend(replace(config, policy="alternating"), sampling, pooling),
                 "isolated": lambda: IsolatedBackend(config, sampling, pooling, threads=mode_threads(config, mode)),
-                "hf": lambda: HFBackend(config, sampling, pooling)}
+                "hf": lambda: HFBackend(config, sampling, pooling),
+                "vllm": lambda: VLLMBackend(config, sampling, pooling, shared=False, logs=run_folder()),
+                "vllm_shared": lambda: VLLMBackend(config, sampling, pooling, shared=True, logs=run_folder())}
     if mode not in backends:
         raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
     backend = backends[mode]()
@@ -111,7 +123,7 @@ def engine_delta(after: dict, before: dict) -> dict:
 
 
 def run_bench(config: EngineConfig, pooling: PoolingParams, workload: Workload,
-              modes: list[str] | tuple[str, ...] = MODES) -> dict:
+              modes: list[str] | tuple[str, ...] = DEFAULT_MODES) -> dict:
     """Every mode on the same requests; returns the bench.json dictionary."""
     sampling = SamplingParams(max_tokens=workload.max_tokens, ignore_eos=True)
     phases = {phase.name: make_requests(workload.requests, phase.embed_share, workload.seed + i,
@@ -119,10 +131,22 @@ def run_bench(config: EngineConfig, pooling: PoolingParams, workload: Workload,
               for i, phase in enumerate(workload.phases)}
     warmup = make_requests(workload.warmup_requests, 0.5, workload.seed + 1000, workload.gen_prompt_tokens,
                            workload.embed_tokens)
-    per_mode = {mode: on_fresh_backend(mode, config, sampling, pooling,
-                                       lambda backend: run_mode(mode, backend, phases, warmup, workload.clients))
-                for mode in modes}
-    return assemble(per_mode, workload, config, pooling, sampling, list(modes))
+    per_mode, skipped = each_mode(modes, lambda mode: on_fresh_backend(
+        mode, config, sampling, pooling, lambda backend: run_mode(mode, backend, phases, warmup, workload.clients)))
+    return {**assemble(per_mode, workload, config, pooling, sampling, list(per_mode)), **skipped}
+
+
+def each_mode(modes: list[str] | tuple[str, ...], run_one: Callable[[str], Any]) -> tuple[dict[str, Any], dict]:
+    """`run_one(mode)` for each mode, and `{"skipped": {mode: why}}` for those that cannot run here (printed as one
+    line each; the others still run), or {} when none was skipped."""
+    done, skipped = {}, {}
+    for mode in modes:
+        try:
+            done[mode] = run_one(mode)
+        except ModeUnavailable as error:
+            tqdm.write(f"{mode}: skipped: {error}")
+            skipped[mode] = str(error)
+    return done, {"skipped": skipped} if skipped else {}
 
 
 def assemble(per_mode: dict[str, dict[str, PhaseRun]], workload: Workload, config: EngineConfig,

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from orthrus_rag.launch import CONF_DIR
 
-from ..bench.metrics import MODES
+from ..bench.metrics import DEFAULT_MODES
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class BenchPart:
     name: str  # section key and folder name
     title: str
     overrides: tuple[str, ...]
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = DEFAULT_MODES
     box_s: float = 60.0
 
 

@@ -12,6 +12,8 @@ Writing the files as it goes, resuming, and failed questions: docs/experiments.m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -27,6 +29,7 @@ from orthrus_rag.cli.answering import RunOutput, execute
 from orthrus_rag.cli.run_folder import RESULTS_FILE, SETTINGS_FILE, Earlier, earlier_runs, locked
 from orthrus_rag.files import write_atomic
 from orthrus_rag.launch import UserError, launch
+from orthrus_rag.rag.remote import EndpointSettings
 from orthrus_rag.settings import user_errors
 from orthrus_rag.stack import StackPlan
 
@@ -34,6 +37,7 @@ APP = "orthrus-rag"
 TRACE_CHARS = 160
 # config keys that change no answer: how the run is driven and how it is scored
 NOT_ANSWER_SETTINGS = ("resume", "overwrite", "concurrency", "workers", "allow_failures", "metrics", "hydra")
+ENDPOINT_KEYS = tuple(f.name for f in dataclasses.fields(EndpointSettings))
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
@@ -51,11 +55,14 @@ def _positive(value: Any) -> bool:
 
 # ---- resuming -----------------------------------------------------------------------------------------------
 def answer_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config less the keys that change no answer (NOT_ANSWER_SETTINGS, and dataset.limit: which
-    questions are asked, not how), as JSON values."""
+    """The resolved config less the keys that change no answer (NOT_ANSWER_SETTINGS; dataset.limit: which questions
+    are asked, not how; where the models run, the EndpointSettings keys of `model` and `embedder`: the same model
+    answers the same there), as JSON values."""
     settings = {key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items()
                 if key not in NOT_ANSWER_SETTINGS}
     (settings.get("dataset") or {}).pop("limit", None)
+    for group, key in itertools.product(("model", "embedder"), ENDPOINT_KEYS):
+        (settings.get(group) or {}).pop(key, None)
     return json.loads(json.dumps(settings))
 
 

@@ -37,6 +37,13 @@ def load_generator(name: str, dtype: str | torch.dtype = "auto", device: str = "
     return model.to(resolve_device(device)).eval(), tokenizer
 
 
+def load_tokenizer(name: str):
+    """The generator's tokenizer alone (its chat template), without its weights."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(name))
+
+
 def load_embedder(name: str, dtype: str | torch.dtype = "auto", device: str = "auto", load_format: str = "auto"):
     """A sentence-transformers model (pooling and normalisation as the folder declares); random weights for a
     `dummy:` name or load_format=dummy."""

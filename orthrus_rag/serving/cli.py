@@ -66,7 +66,11 @@ def stack_plan(cfg: DictConfig, settings: ServerSettings) -> StackPlan:
 
     rag = settings.rag
     corpus = to_absolute_path(rag.corpus) if rag.corpus else None
-    return StackPlan.from_config(cfg, corpus, pipelines=pipeline_groups(rag) if rag.enabled else {})
+    plan = StackPlan.from_config(cfg, corpus, pipelines=pipeline_groups(rag) if rag.enabled else {})
+    if plan.remote:
+        raise UserError("orthrus-rag-serve serves the models in its own engine: unset model.endpoint and "
+                        "embedder.endpoint (they send orthrus-rag's and orthrus-rag-index's work to another server)")
+    return plan
 
 
 def run(cfg: DictConfig) -> None:
@@ -89,7 +93,7 @@ def run(cfg: DictConfig) -> None:
     from orthrus_rag.serving.rag_service import build_rag
     from orthrus_rag.serving.lifecycle import serve
 
-    engine = plan.start_engine()  # one engine in this process, under uvicorn; RAG's index is ready before serving
+    engine = plan.start_local_engine()  # one engine in this process, under uvicorn; RAG's index is ready before serving
     try:
         rag = asyncio.run(build_rag(engine, plan, settings.rag.pipeline)) if settings.rag.enabled else None
     except BaseException:

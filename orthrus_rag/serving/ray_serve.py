@@ -200,7 +200,7 @@ class EngineReplica:
     (`AsyncEngine` aborts whatever its caller stops waiting for), freeing its KV blocks."""
 
     async def __init__(self, spec: ReplicaSpec, board: str):  # Ray Serve awaits an async constructor
-        self.engine = spec.plan.start_engine()
+        self.engine = spec.plan.start_local_engine()
         self._rag: RagFn | None = None
         if spec.rag is not None:
             with index_lock():  # the index is loaded, or built once per machine

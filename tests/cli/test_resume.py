@@ -95,3 +95,16 @@ def test_resuming_with_other_settings_is_refused(run_app, tiny_models, tmp_path,
     run_app(main, "orthrus-rag", *small, "resume=force", "pipeline.max_tokens=5")
     assert "resuming: all 2 questions already answered" in capsys.readouterr().out
     assert json.loads((out / "settings.json").read_text())["pipeline"]["max_tokens"] == 5
+
+
+def test_where_the_models_run_is_no_answer_setting():
+    from hydra import compose, initialize_config_dir
+
+    from orthrus_rag.cli.run import answer_settings
+    from orthrus_rag.launch import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["model.endpoint=http://127.0.0.1:1/v1", "embedder.retries=5"])
+    settings = answer_settings(cfg)
+    assert settings["model"] == {"name": "smollm2-135m-instruct"}
+    assert not {"endpoint", "retries", "timeout_s", "api_key_env"} & settings["embedder"].keys()

@@ -179,3 +179,24 @@ def test_server_leaderboard_and_experiments_resolve_the_same_retrieval():
     assert leaderboard[0].mode == "hybrid"
     for overrides in (["index.retrieval=dense"], ["index.retrieval=bm25", "index.rrf_k=30"], ["embedder=backbone"]):
         assert resolved("serve", *overrides) == resolved("config", *overrides)
+
+
+@pytest.mark.parametrize("key, value, message", [("model.endpoint", "localhost:8000", "model.endpoint must be an http"),
+                                                 ("embedder.retries", "two", "embedder.retries: expected an integer"),
+                                                 ("embedder.timeout_s", 0, "embedder.timeout_s must be > 0")])
+def test_endpoint_settings_are_checked_naming_their_key(key, value, message):
+    with pytest.raises(UserError, match=message):
+        plan(config("minilm", **{key: value}))
+
+
+def test_an_unreachable_endpoint_fails_before_any_model_loads(monkeypatch):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    stack = plan(config("minilm", **{"model.endpoint": url}))
+    assert stack.remote and stack.generator_endpoint.endpoint == url and stack.embedder_endpoint.endpoint is None
+    monkeypatch.setattr(StackPlan, "start_local_engine", lambda self: pytest.fail("a model was loaded"))
+    with pytest.raises(UserError, match="cannot be reached.*start the server"):
+        stack.start_engine()

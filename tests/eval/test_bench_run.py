@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from orthrus_rag.eval.bench.runner import MODES, Phase, Workload, format_table, run_bench
+from orthrus_rag.eval.bench.runner import DEFAULT_MODES, MODES, Phase, Workload, format_table, run_bench
 from orthrus_rag.engine import EngineConfig, PoolingParams
 
 MODE_KEYS = {"rps", "embed_rps", "gen_rps", "p50_s", "p99_s", "mean_s", "requests", "wall_s", "engine", "mode"}
@@ -37,7 +37,8 @@ def test_mixed_colocated_embedder(tiny_llama_dir, tiny_encoder_dir):
     rps = {mode: r["rps"] for mode, r in modes.items()}
     assert bench["ratios"] == {"hetero/isolated": None,
                                "hetero/alternating": pytest.approx(rps["hetero"] / rps["alternating"]),
-                               "hetero/hf": pytest.approx(rps["hetero"] / rps["hf"])}
+                               "hetero/hf": pytest.approx(rps["hetero"] / rps["hf"]),
+                               "hetero/vllm": None, "hetero/vllm_shared": None}
     for mode in ("hetero", "alternating"):  # counters cover the timed requests only: 4 generates x 2 decodes
         engine = modes[mode]["engine"]
         assert engine["tokens"]["decode"] == 4 * 2 and engine["tokens"]["embed"] > 0
@@ -87,7 +88,7 @@ def test_config_composes():
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         mixed = compose("bench")
         phases = compose("bench", overrides=["workload=phases", "embedder=backbone", "modes=[hetero,gpu]"])
-    assert list(mixed.modes) == list(MODES)
+    assert list(mixed.modes) == list(DEFAULT_MODES)
     workload = workload_from_config(mixed)
     assert workload.name == "mixed" and workload.clients == 8 and [p.embed_share for p in workload.phases] == [0.5]
     assert engine_config(mixed).embedder and pooling_params(mixed).model is None
@@ -104,7 +105,7 @@ def test_mode_threads_split_the_cores_only_for_isolated(monkeypatch):
 
     monkeypatch.setattr(runner, "usable_cores", lambda: 6)
     unset, four, one = (EngineConfig(generator="g", embedder=None, num_threads=n) for n in (None, 4, 1))
-    assert [runner.mode_threads(unset, m) for m in runner.MODES] == [6, 3, 6, 6]  # hetero, isolated, alternating, hf
+    assert [runner.mode_threads(unset, m) for m in runner.MODES] == [6, 3, 6, 6, 3, 6]  # hetero, isolated, ..., vllm_shared
     assert runner.mode_threads(four, "isolated") == 2 and runner.mode_threads(four, "hf") == 4
     assert runner.mode_threads(one, "isolated") == 1
 

@@ -62,7 +62,8 @@ def test_plans_fit_their_budgets():
 
 def test_ratios_from_the_modes_that_ran():
     modes = {"hetero": {"rps": 6.0, "p99_s": 2.0}, "isolated": {"rps": 4.0, "p99_s": 5.0}, "hf": {"rps": 0.0}}
-    assert rps_ratios(modes) == {"hetero/isolated": 1.5, "hetero/alternating": None, "hetero/hf": None}
+    assert rps_ratios(modes) == {"hetero/isolated": 1.5, "hetero/alternating": None, "hetero/hf": None,
+                                 "hetero/vllm": None, "hetero/vllm_shared": None}
     assert p99_reduction(modes) == 0.6
     assert p99_reduction({"hetero": {"p99_s": 1.0}}) is None
 

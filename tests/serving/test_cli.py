@@ -113,3 +113,9 @@ def test_each_group_names_its_own_key(override, key):
 def test_the_default_pipeline_may_be_any_when_the_pipelines_are_not_listed():
     settings = ServerSettings.from_config({"rag": {"pipeline": "ircot"}})
     assert pipeline_groups(settings.rag) == {"ircot": {"name": "ircot"}}
+
+
+def test_the_server_refuses_a_remote_model():
+    cfg = config("model.endpoint=http://127.0.0.1:8000/v1")
+    with pytest.raises(UserError, match="orthrus-rag-serve serves the models in its own engine"):
+        stack_plan(cfg, server_settings(cfg))
