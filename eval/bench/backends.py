@@ -25,7 +25,7 @@ import numpy as np
 
 from orthrus_rag.engine import AsyncEngine, EngineConfig, LLMEngine, PoolingParams, SamplingParams
 from orthrus_rag.engine.request import EmbedOutput, GenerateOutput, RequestTimings, Usage
-from orthrus_rag.models import load_embedder, load_generator, resolve_model_path, set_threads
+from orthrus_rag.models import load_embedder, load_generator, load_tokenizer, set_threads
 from orthrus_rag.training.pooled import backbone
 
 
@@ -128,9 +128,7 @@ class IsolatedBackend:
     @functools.cached_property
     def tokenizer(self):
         """The generator's tokenizer, loaded in this process on first use (for chat templates)."""
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(resolve_model_path(self.generator))
+        return load_tokenizer(self.generator)
 
     async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
         return await self._send("embed", text, params)
