@@ -12,7 +12,6 @@ import pytest
 
 from orthrus_rag.cli.answering import _answer_each
 from orthrus_rag.cli.run import main
-from tests.cli.conftest import run_app, tiny_models  # noqa: F401 - the experiment app's fixtures
 
 SMALL = ["dataset.limit=5", "pipeline.max_tokens=6", "pipeline.num_demos=0", "pipeline.reader_num_demos=0",
          "pipeline.max_steps=2", "concurrency=2"]
