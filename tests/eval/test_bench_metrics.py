@@ -1,6 +1,6 @@
 import pytest
 
-from orthrus_rag.eval.bench.metrics import Call, counter_delta, latency_stats, percentile, ratios, summarize
+from orthrus_rag.eval.bench.metrics import BASELINES, Call, counter_delta, latency_stats, percentile, ratios, summarize
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -38,9 +38,9 @@ def test_summarize_missing_kind():
 def test_ratios_by_hand():
     modes = {m: summarize(m, [Call("embed", 0, 1)] * n, wall_s=1.0)
              for m, n in [("hetero", 6), ("isolated", 2), ("alternating", 4)]}
-    assert ratios(modes) == {"hetero/isolated": 3.0, "hetero/alternating": 1.5, "hetero/hf": None}
-    assert ratios({"isolated": modes["isolated"]}) == {"hetero/isolated": None, "hetero/alternating": None,
-                                                       "hetero/hf": None}
+    others = {f"hetero/{b}": None for b in BASELINES if b not in ("isolated", "alternating")}
+    assert others and ratios(modes) == {"hetero/isolated": 3.0, "hetero/alternating": 1.5, **others}
+    assert ratios({"isolated": modes["isolated"]}) == {f"hetero/{b}": None for b in BASELINES}
 
 
 def test_counter_delta_subtracts_counters_keeps_gauges():

@@ -27,7 +27,7 @@ def test_converted_smollm2_matches_gguf(smollm2_path):
 
 
 def test_smollm2_forward_bf16_and_chat_template():
-    model, tokenizer = load_generator("smollm2-135m-instruct")
+    model, tokenizer = load_generator("smollm2-135m-instruct", dtype="bfloat16")
     assert next(model.parameters()).dtype == torch.bfloat16
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
                                          add_generation_prompt=True)
