@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("orthrus_rag", "pipelines", "indexes", "eval")  # the last three install as orthrus_rag.<folder> (setup.py)
 # lowest first; a file belongs to the first entry that is its path or a folder above it
 LAYERS: list[tuple[str, ...]] = [
-    ("orthrus_rag/settings.py", "orthrus_rag/files.py", "orthrus_rag/demo/", "orthrus_rag/__init__.py"),
+    ("orthrus_rag/settings.py", "orthrus_rag/files.py", "orthrus_rag/cpu_info.py", "orthrus_rag/demo/",
+     "orthrus_rag/__init__.py"),
     ("orthrus_rag/models/",),
     ("orthrus_rag/engine/",),
     ("orthrus_rag/rag/",),

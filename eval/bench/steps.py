@@ -3,7 +3,8 @@ transformers; what each column is: docs/benchmarks.md (Engine steps).
 
 `engine_ms` is one engine step of that shape through the model runner (packing, forward with the paged attention,
 batched sampling of the rows that sample), the KV context already in the cache. bench.json: `{"workload": "steps",
-"steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share", "floor_ms"[, "profile"]}}}, ...}`.
+"steps": {SHAPE: {THREADS: {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share", "host_ms", "floor_ms"[,
+"profile"]}}}, ...}`; `host_ms` is the step's time outside the model's forward.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams, attention
+from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
+from orthrus_rag.engine.attention import hook
 from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.model_runner import ModelRunner
@@ -169,7 +171,7 @@ def attention_share(fn: Callable[[], object], repeats: int, device: torch.device
     """Median over `repeats` calls of `fn` of the time inside the attention function over the call's time."""
     from transformers import AttentionInterface
 
-    inner, spent = attention.paged_attention, [0.0]
+    inner, spent = hook.paged_attention, [0.0]
 
     def timed(*args, **kwargs):
         _sync(device)
@@ -180,7 +182,7 @@ def attention_share(fn: Callable[[], object], repeats: int, device: torch.device
         return out
 
     shares = []
-    AttentionInterface.register(attention.ATTN_IMPLEMENTATION, timed)
+    AttentionInterface.register(hook.ATTN_IMPLEMENTATION, timed)
     try:
         for _ in range(max(1, repeats)):
             spent[0], start = 0.0, time.perf_counter()
@@ -188,8 +190,28 @@ def attention_share(fn: Callable[[], object], repeats: int, device: torch.device
             _sync(device)
             shares.append(spent[0] / (time.perf_counter() - start))
     finally:
-        attention.register()
+        hook.register()
     return statistics.median(shares)
+
+
+def host_ms(fn: Callable[[], object], model: torch.nn.Module, repeats: int, device: torch.device) -> float:
+    """Median over `repeats` calls of `fn` (one engine step) of its time outside `model`'s forward: packing the step,
+    planning its attention, moving its integers, sampling."""
+    inside, marks = [0.0], []
+    hooks = [model.register_forward_pre_hook(lambda *_: _sync(device) or marks.append(time.perf_counter())),
+             model.register_forward_hook(lambda *_: _sync(device) or inside.__setitem__(
+                 0, inside[0] + time.perf_counter() - marks.pop()))]
+    outside = []
+    try:
+        for _ in range(max(1, repeats)):
+            inside[0], start = 0.0, time.perf_counter()
+            fn()
+            _sync(device)
+            outside.append(time.perf_counter() - start - inside[0])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return statistics.median(outside) * 1e3
 
 
 def profile_ms(fn: Callable[[], object], repeats: int, top: int = 5) -> dict[str, float]:
@@ -239,25 +261,27 @@ def run_steps(config: EngineConfig, workload: StepsWorkload) -> dict:
                     "engine_ms": ms(step), "hf_ms": ms(hf_forward(hf_model, shape, vocab, runner.device)),
                     "hf_cached_ms": ms(hf_cached_forward(hf_model, shape, workload.context, vocab, runner.device)),
                     "attention_share": round(attention_share(step, workload.repeats, runner.device), 3),
+                    "host_ms": round(host_ms(step, runner.model, workload.repeats, runner.device), 3),
                     "floor_ms": round(read_s * 1e3, 3)}
                 if workload.profile:
                     result["profile"] = profile_ms(step, workload.repeats)
     finally:
         torch.set_num_threads(before)
     return {"workload": "steps", "steps": steps, "tokens": {n: s.num_tokens for n, s in workload.shapes.items()},
-            "weight_bytes": nbytes, "read_gb_s": bandwidth, "attention_backend": runner.attention_backend,
+            "weight_bytes": nbytes, "read_gb_s": bandwidth, "attention_backend": runner.attention.name,
             "config": {"generator": config.generator, "dtype": str(runner.dtype), "device": str(runner.device),
                        "native_bf16": native_bf16(runner.device),
                        "context": workload.context, "warmup": workload.warmup, "repeats": workload.repeats}}
 
 
 def format_steps_table(bench: dict) -> str:
-    header = ("shape|threads|tokens|engine ms|hf ms|hf cached ms|floor ms|engine/hf|engine/hf cached|attention share|"
-              "engine tok/s").split("|")
+    header = ("shape|threads|tokens|engine ms|host ms|hf ms|hf cached ms|floor ms|engine/hf|engine/hf cached|"
+              "attention share|engine tok/s").split("|")
     return markdown_table(header, [
-        [name, threads, bench["tokens"][name], f"{r['engine_ms']:.1f}", f"{r['hf_ms']:.1f}", f"{r['hf_cached_ms']:.1f}",
-         f"{r['floor_ms']:.1f}", f"{r['engine_ms'] / r['hf_ms']:.2f}", f"{r['engine_ms'] / r['hf_cached_ms']:.2f}",
-         f"{r['attention_share']:.0%}", f"{bench['tokens'][name] / r['engine_ms'] * 1e3:,.0f}"]
+        [name, threads, bench["tokens"][name], f"{r['engine_ms']:.1f}", f"{r['host_ms']:.2f}", f"{r['hf_ms']:.1f}",
+         f"{r['hf_cached_ms']:.1f}", f"{r['floor_ms']:.1f}", f"{r['engine_ms'] / r['hf_ms']:.2f}",
+         f"{r['engine_ms'] / r['hf_cached_ms']:.2f}", f"{r['attention_share']:.0%}",
+         f"{bench['tokens'][name] / r['engine_ms'] * 1e3:,.0f}"]
         for name, by_threads in bench["steps"].items() for threads, r in by_threads.items()])
 
 

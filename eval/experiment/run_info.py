@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orthrus_rag.cpu_info import cpu_model
+
 if TYPE_CHECKING:
     from .datasets import DatasetSpec
 
@@ -34,16 +36,6 @@ def machine() -> dict[str, Any]:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "cores_usable": usable, "gpu": gpu_name(), "load_avg": load}
-
-
-def cpu_model() -> str:
-    """The `model name` line of /proc/cpuinfo (Linux), else what the platform module reports."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def gpu_name() -> str | None:

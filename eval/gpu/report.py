@@ -37,10 +37,11 @@ def _tests(t: dict) -> list[str]:
 def _steps(s: dict) -> list[str]:
     lines = ["## Step micro-benchmark", f"- status: {s.get('status')}"]
     if s.get("steps"):
-        rows = [[shape, threads, s.get("tokens", {}).get(shape), r.get("engine_ms"), r.get("hf_ms"), r.get("floor_ms"),
-                 cell(r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None, 2, "x")]
+        rows = [[shape, threads, s.get("tokens", {}).get(shape), r.get("engine_ms"), r.get("host_ms"), r.get("hf_ms"),
+                 r.get("floor_ms"), cell(r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None, 2, "x")]
                 for shape, by_threads in s["steps"].items() for threads, r in by_threads.items()]
-        lines += ["", markdown_table("shape|threads|tokens|engine ms|hf ms|floor ms|engine/floor".split("|"), rows),
+        header = "shape|threads|tokens|engine ms|host ms|hf ms|floor ms|engine/floor".split("|")
+        lines += ["", markdown_table(header, rows),
                   "\nTarget: decode64 engine step within 1.5x of the weight-read floor."]
     return lines + _tail(s) + [""]
 

@@ -8,10 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orthrus_rag.engine.attention import BACKENDS
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.policy import POLICIES
-
-ATTENTION_BACKENDS = ("sdpa_in_place", "flash_attn_paged", "vllm_cpu")  # see engine/attention.py
 
 
 @dataclass
@@ -24,7 +23,7 @@ class EngineConfig:
     device: str = "auto"  # auto = cuda when available, else cpu; or cpu, cuda, cuda:N
     load_format: str = "auto"  # auto = the weights in the model folders; dummy = random weights of the same shapes
     num_threads: int | None = None  # torch threads (>= 1); None: every core the process may use
-    attention_backend: str = "auto"  # auto: the fastest of ATTENTION_BACKENDS that runs here (docs/engine.md)
+    attention_backend: str = "auto"  # auto: the fastest of BACKENDS here, timed once (docs/engine.md)
     # Step budget.
     max_num_batched_tokens: int = 512  # tokens (all kinds) in one forward step
     max_num_seqs: int = 64  # rows (sequences) in one step
@@ -61,8 +60,8 @@ class EngineConfig:
 
 # (fields, whether a value is valid, what it must be: the error message after "runtime.<field> ", the value in {!r})
 CHECKS: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
-    (("attention_backend",), lambda v: v in ("auto", *ATTENTION_BACKENDS),
-     f"must be auto or one of {list(ATTENTION_BACKENDS)}, got {{!r}}"),
+    (("attention_backend",), lambda v: v in ("auto", *BACKENDS),
+     f"must be auto or one of {list(BACKENDS)}, got {{!r}}"),
     (("policy",), lambda v: v in POLICIES, f"must be one of {sorted(POLICIES)}, got {{!r}}"),
     (("load_format",), lambda v: v in ("auto", "dummy"), "must be auto or dummy, got {!r}"),
     (("device",), lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(v)) is not None,

@@ -253,7 +253,8 @@ class LLMEngine:
             "kv_blocks_total": blocks.num_blocks,
             "kv_blocks_used": blocks.num_blocks - blocks.num_free,
             "policy": self.scheduler.policy.name,
-            "attention_backend": self.runner.attention_backend,
+            "attention_backend": self.runner.attention.name,
+            "attention_choice": {k: v for k, v in self.runner.attention_choice.stats().items() if k != "backend"},
             "dtype": str(self.runner.dtype).removeprefix("torch."),
         }
 

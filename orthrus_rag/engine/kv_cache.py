@@ -1,4 +1,5 @@
-"""The paged KV cache tensors, in the layouts `PagedKVCache` describes.
+"""The paged KV cache tensors in the flat layout (a backend with a layout of its own brings its cache class:
+attention/vllm_cpu.py), and the pool's size.
 
 Slots past the pool's blocks are scratch: chunks that keep no KV (one-chunk backbone embeddings) write there for
 the duration of their step, so every row of a step is attended the same way.
@@ -6,8 +7,6 @@ the duration of their step, so every row of a step is attended the same way.
 from __future__ import annotations
 
 import torch
-
-from orthrus_rag.engine import vllm_cpu
 
 CPU_KV_BLOCKS = 2048  # the pool's size on CPU when runtime.num_kv_blocks is unset
 
@@ -33,27 +32,17 @@ def pool_size(device: torch.device, block_bytes: int, fraction: float, reserved_
 
 
 class PagedKVCache:
-    """K and V of every layer. `flat`: per layer (slots, kv_heads * head_dim) each, a run of consecutive slots is a
-    view (the SDPA and flash-attn paths). `blocked`: per layer one (blocks, kv_heads, 2 * block_size, head_dim) tensor
-    whose halves along dim 2 are K and V (vLLM's CPU kernels, written with the kernel variant `variant`)."""
+    """K and V of every layer: per layer (slots, kv_heads * head_dim) each, so a run of consecutive slots is a view
+    (the SDPA and flash-attn backends)."""
 
     def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device, layout: str = "flat", block_size: int = 16, variant: str = ""):
+                 device: torch.device):
         self.dtype, self.num_kv_heads, self.head_dim = dtype, num_kv_heads, head_dim
-        self.layout, self.variant = layout, variant
-        if layout == "blocked":
-            shape = (num_slots // block_size, num_kv_heads, 2 * block_size, head_dim)
-            halves = [torch.zeros(shape, dtype=dtype, device=device).chunk(2, dim=2) for _ in range(num_layers)]
-            self.k, self.v = [k for k, _ in halves], [v for _, v in halves]
-        else:
-            shape = (num_slots, num_kv_heads * head_dim)
-            self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-            self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        shape = (num_slots, num_kv_heads * head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store rows k, v (n, kv_heads, head_dim) at the given slots (cast to the cache's dtype)."""
-        if self.layout == "blocked":
-            vllm_cpu.write(self.k[layer], self.v[layer], slots, k, v, self.variant)
-            return
         self.k[layer].index_copy_(0, slots, k.reshape(k.shape[0], self.k[layer].shape[1]).to(self.dtype))
         self.v[layer].index_copy_(0, slots, v.reshape(v.shape[0], self.v[layer].shape[1]).to(self.dtype))

@@ -3,9 +3,10 @@ import json
 
 import pytest
 
-from orthrus_rag.eval.bench.steps import StepShape, StepsWorkload, build_chunks, format_steps_table, hf_forward, run_steps
 from orthrus_rag.engine import EngineConfig
 from orthrus_rag.engine.block_manager import BlockManager
+from orthrus_rag.eval.bench.steps import (StepShape, StepsWorkload, build_chunks, format_steps_table, hf_forward,
+                                          run_steps)
 from orthrus_rag.settings import UserError
 
 SHAPES = {"decode8", "decode64", "decode8_prefill256", "decode8_embed8x32"}
@@ -31,7 +32,7 @@ def test_steps_layout_on_tiny_model(tiny_llama_dir):
     for shape, by_threads in bench["steps"].items():
         assert set(by_threads) == {"1", "2"}, shape
         for r in by_threads.values():
-            assert set(r) == {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share", "floor_ms"}
+            assert set(r) == {"engine_ms", "hf_ms", "hf_cached_ms", "attention_share", "host_ms", "floor_ms"}
             assert all(v > 0 for v in r.values()) and r["attention_share"] < 1
     assert bench["tokens"] == {"decode8": 8, "decode64": 64, "decode8_prefill256": 264, "decode8_embed8x32": 264}
     assert "decode8_embed8x32" in format_steps_table(bench)
@@ -107,3 +108,24 @@ def test_steps_through_the_bench_command(tiny_llama_dir, tmp_path):
 def test_bad_settings_are_user_errors_naming_the_key(override, key):
     with pytest.raises(UserError, match=key):
         workload_from_conf([override])
+
+
+def test_host_ms_is_the_step_outside_the_forward():
+    import time
+
+    import torch
+
+    from orthrus_rag.eval.bench.steps import host_ms
+
+    class Slow(torch.nn.Module):
+        def forward(self):
+            time.sleep(0.05)
+
+    model = Slow()
+
+    def step():
+        time.sleep(0.01)
+        model()
+
+    assert 8 <= host_ms(step, model, 3, torch.device("cpu")) < 30
+    assert not model._forward_hooks and not model._forward_pre_hooks  # the hooks are gone after

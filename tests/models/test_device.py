@@ -36,7 +36,7 @@ def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
 
 
 def test_max_isa_avx2_hides_avx512_and_amx(monkeypatch, tmp_path):
-    from orthrus_rag.engine.vllm_cpu import extension_for
+    from orthrus_rag.engine.attention.vllm_cpu import extension_for
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags : fpu avx2 fma avx512f avx512bw avx512dq avx512vl avx512_bf16 amx_bf16 amx_tile\n")

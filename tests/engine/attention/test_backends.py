@@ -1,4 +1,4 @@
-"""The step's attention: one call per layer whatever the number of sequences, equal to per-sequence attention."""
+"""Every attention backend: one call per layer whatever the number of sequences, equal to per-sequence attention."""
 import random
 import sys
 from dataclasses import dataclass
@@ -9,10 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from orthrus_rag.engine import PoolingParams, SamplingParams
-from orthrus_rag.engine import attention, vllm_cpu
-from orthrus_rag.engine.attention import paged_attention
+from orthrus_rag.engine.attention import BACKENDS, Geometry, sdpa_in_place, vllm_cpu
+from orthrus_rag.engine.attention.hook import paged_attention
 from orthrus_rag.engine.batch import ScheduledChunk
-from orthrus_rag.engine.kv_cache import PagedKVCache
 from orthrus_rag.engine.model_runner import pack_host, to_device
 from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sequence import Sequence
@@ -31,9 +30,9 @@ def key_storages(engine, monkeypatch) -> list[bool]:
             return real(q, k, v, *args, **kwargs)
         return call
 
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recorded(F.scaled_dot_product_attention))
+    monkeypatch.setattr(sdpa_in_place.F, "scaled_dot_product_attention", recorded(F.scaled_dot_product_attention))
     for fused in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention"):
-        monkeypatch.setattr(attention.torch.ops.aten, fused, recorded(getattr(torch.ops.aten, fused)))
+        monkeypatch.setattr(sdpa_in_place.torch.ops.aten, fused, recorded(getattr(torch.ops.aten, fused)))
     while engine.has_unfinished():
         engine.step()
     return seen
@@ -108,7 +107,7 @@ VLLM = not vllm_cpu.unsupported(32, 16, torch.float32)
 
 
 @dataclass
-class Geometry:
+class Sizes:
     """Sizes of one attention test: vLLM's kernels take head dims of 32 and more and blocks of 16."""
 
     block: int = BLOCK
@@ -119,7 +118,7 @@ class Geometry:
         return [(ctx * self.scale, n if n == 1 else n * self.scale, kv) for ctx, n, kv in SHAPES]
 
 
-def tables(layout: str, geo: Geometry) -> list[list[int]]:
+def tables(layout: str, geo: Sizes) -> list[list[int]]:
     """Block tables for the shapes: laid out one after another (one run each), or fragmented (blocks in reverse
     order and a shared first block: several runs per sequence, merged by log-sum-exp)."""
     out, next_block = [], 1
@@ -140,13 +139,12 @@ def tables(layout: str, geo: Geometry) -> list[list[int]]:
 def test_packed_attention_equals_per_sequence_attention(causal, window, backend, layout, monkeypatch):
     if backend == "flash_attn_paged":  # the call's plumbing, against flash-attn's documented semantics
         monkeypatch.setitem(sys.modules, "flash_attn", SimpleNamespace(flash_attn_varlen_func=fake_flash_varlen))
-    geo = Geometry(16, 32, 4) if backend == "vllm_cpu" else Geometry()
+    geo = Sizes(16, 32, 4) if backend == "vllm_cpu" else Sizes()
     block, dim = geo.block, geo.dim
     torch.manual_seed(0)
     chunks = [Chunk(i, ctx, n, table) for i, ((ctx, n, _), table) in enumerate(zip(geo.shapes(), tables(layout, geo)))]
-    blocked = dict(layout="blocked", block_size=block, variant=vllm_cpu.isa(torch.float32, block, dim)) \
-        if backend == "vllm_cpu" else {}
-    cache = PagedKVCache(1, 64 * block, KV_HEADS, dim, torch.float32, torch.device("cpu"), **blocked)
+    runner = BACKENDS[backend](Geometry(torch.device("cpu"), torch.float32, block, HEADS, KV_HEADS, dim))
+    cache = runner.make_cache(1, 64 * block)
     full_k = [torch.randn(KV_HEADS, c.ctx + c.n, dim) for c in chunks]
     full_v = [torch.randn(KV_HEADS, c.ctx + c.n, dim) for c in chunks]
     for c, k, v in zip(chunks, full_k, full_v):  # the context is already in the cache
@@ -156,7 +154,7 @@ def test_packed_attention_equals_per_sequence_attention(causal, window, backend,
                              dtype=torch.long)
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
     host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], block, scratch_block=48)
-    *_, meta = to_device(host, cache, block, backend, torch.device("cpu"))
+    *_, meta = to_device(host, cache, runner, torch.device("cpu"))
     if backend == "sdpa_in_place" and layout == "fragmented":
         assert max(len(s.runs) for s in meta.seqs) >= 3
     q = [torch.randn(HEADS, c.n, dim) for c in chunks]

@@ -1,0 +1,158 @@
+"""torch's fused SDPA over views of the cache, on any device: a sequence's block table is cut into runs of
+consecutive blocks, each run one view; several runs are merged exactly by their log-sum-exp."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn.functional as F
+
+from orthrus_rag.engine.attention.base import AttentionBackend, StepAttention
+from orthrus_rag.engine.kv_cache import PagedKVCache
+
+
+@dataclass(frozen=True)
+class KeyRun:
+    """Keys [pos, pos + length) of one sequence, held in consecutive cache slots from `slot` on."""
+
+    slot: int
+    pos: int
+    length: int
+
+
+@dataclass
+class SeqSlice:
+    """One sequence's chunk in the packed step: rows [row, row + n) at positions [ctx, ctx + n); its keys (the
+    context and the chunk) in runs."""
+
+    row: int
+    n: int
+    ctx: int
+    runs: list[KeyRun]
+
+
+@dataclass
+class RunMask:
+    """Which keys of a run the (folded) queries see: an additive bias (0 or -inf), and the query rows that see none
+    of them (their log-sum-exp is -inf in the merge). Absent (None) where every query sees every key."""
+
+    bias: torch.Tensor  # (group * n, run length)
+    empty: torch.Tensor | None  # (group * n,) bool, None when no row is empty
+
+
+@dataclass
+class SdpaStep(StepAttention):
+    seqs: list[SeqSlice] = field(default_factory=list)
+    _masks: dict = field(default_factory=dict)
+
+    def run_masks(self, causal: bool, window: int | None, group: int) -> list[list[tuple[KeyRun, RunMask | None]]]:
+        """Per sequence, the runs some query sees, each with its mask; built once per step, reused by every layer."""
+        key = (causal, window, group)
+        if key not in self._masks:
+            self._masks[key] = [[(run, mask) for run in s.runs
+                                 if (mask := _run_mask(s, run, causal, window, group, self.cache)) is not _UNSEEN]
+                                for s in self.seqs]
+        return self._masks[key]
+
+
+class SdpaInPlace(AttentionBackend):
+    name = "sdpa_in_place"
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        """float32 on CPU: torch's bf16 CPU kernel is several times slower for small queries."""
+        return torch.float32 if self.geometry.device.type == "cpu" else self.geometry.dtype
+
+    def plan(self, cache, write_slots, segments, device_integers) -> SdpaStep:
+        block = self.geometry.block_size
+        return SdpaStep(self, cache, write_slots,
+                        [SeqSlice(s.row, s.n, s.ctx, key_runs(s.table, s.num_keys, block)) for s in segments])
+
+    def attend(self, step: SdpaStep, layer, q, scale, causal, window) -> torch.Tensor:
+        cache = step.cache
+        heads, dim, kv_heads = q.shape[1], q.shape[2], cache.num_kv_heads
+        group = heads // kv_heads
+        k_pool = cache.k[layer].view(-1, kv_heads, dim)
+        v_pool = cache.v[layer].view(-1, kv_heads, dim)
+        qc = q.to(cache.dtype)
+        outs = []
+        for s, runs in zip(step.seqs, step.run_masks(causal, window, group)):
+            qs = qc[s.row:s.row + s.n].view(s.n, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(
+                1, kv_heads, group * s.n, dim)
+            parts = [(k_pool[r.slot:r.slot + r.length].transpose(0, 1)[None],
+                      v_pool[r.slot:r.slot + r.length].transpose(0, 1)[None], m) for r, m in runs]
+            o = attend_runs(qs, parts, scale)
+            outs.append(o.view(kv_heads, group, s.n, dim).permute(2, 0, 1, 3).reshape(s.n, heads, dim))
+        return torch.cat(outs).to(q.dtype)
+
+
+def key_runs(table: list[int], num_keys: int, block_size: int) -> list[KeyRun]:
+    """The sequence's first `num_keys` keys as runs of consecutive blocks: each run is one view of the cache."""
+    runs: list[KeyRun] = []
+    for j in range(-(-num_keys // block_size)):
+        length = min(block_size, num_keys - j * block_size)
+        if j and table[j] == table[j - 1] + 1:
+            runs[-1] = replace(runs[-1], length=runs[-1].length + length)
+        else:
+            runs.append(KeyRun(table[j] * block_size, j * block_size, length))
+    return runs
+
+
+_UNSEEN = object()  # a run no query of the chunk sees
+
+
+def _run_mask(s: SeqSlice, run: KeyRun, causal: bool, window: int | None, group: int, cache: PagedKVCache):
+    last_q, last_k = s.ctx + s.n - 1, run.pos + run.length - 1
+    sees_all = (not causal or last_k <= s.ctx) and (
+        window is None or max(last_q - run.pos, last_k - s.ctx if not causal else 0) < window)
+    if sees_all:
+        return None
+    q_pos = torch.arange(s.ctx, s.ctx + s.n)[:, None]
+    k_pos = torch.arange(run.pos, run.pos + run.length)[None, :]
+    allowed = torch.ones(s.n, run.length, dtype=torch.bool)
+    if causal:
+        allowed &= k_pos <= q_pos
+    if window is not None:
+        allowed &= (q_pos - k_pos).abs() < window  # two-sided when bidirectional
+    if not allowed.any():
+        return _UNSEEN
+    allowed = allowed.repeat(group, 1)  # folded query rows: group-major, then position
+    bias = torch.zeros(allowed.shape, dtype=cache.dtype).masked_fill_(~allowed, float("-inf"))
+    empty = ~allowed.any(1)
+    device = cache.k[0].device
+    return RunMask(bias.to(device), empty.to(device) if empty.any() else None)
+
+
+def attend_runs(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, RunMask | None]],
+                scale: float | None) -> torch.Tensor:
+    """q (1, kv_heads, rows, d) against the union of the runs' keys (each (1, kv_heads, length, d), views): one
+    fused call per run, merged by each run's log-sum-exp."""
+    if len(parts) == 1:
+        k, v, m = parts[0]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if m is None else m.bias, scale=scale)
+    outs, lses = zip(*(_run_with_lse(q, k, v, m, scale) for k, v, m in parts))
+    lse = torch.stack(lses)  # (runs, 1, kv_heads, rows)
+    weights = (lse - lse.logsumexp(0)).exp()
+    return (torch.stack(outs) * weights[..., None]).sum(0)
+
+
+def _run_with_lse(q, k, v, m: RunMask | None, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """One run's output and log-sum-exp. On CUDA the memory-efficient kernel, which returns the log-sum-exp padded to
+    32 rows and needs its bias rows to start on 16-element boundaries, so the bias is laid out in rows of a padded
+    width."""
+    rows, bias = q.shape[2], None if m is None else m.bias
+    if q.device.type == "cpu":
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias,
+                                                                            scale=scale)
+    else:
+        if bias is not None:
+            keys = bias.shape[1]
+            bias = bias.new_zeros(rows, -(-keys // 16) * 16)[:, :keys].copy_(bias)
+            bias = bias[None, None].expand(1, q.shape[1], rows, keys)
+        o, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, False,
+                                                                             scale=scale)
+        lse = lse[..., :rows]
+    if m is not None and m.empty is not None:  # rows that see nothing of this run: weight 0, output 0 (not NaN)
+        lse = lse.masked_fill(m.empty, float("-inf"))
+        o = o.masked_fill(m.empty[:, None], 0.0)
+    return o, lse
