@@ -1,7 +1,8 @@
 """The GPU check: engine tests on CUDA, the step micro-benchmark, the mixed benchmark and the rag benchmark, on
 dummy models, each part time-boxed; writes gpu_check.json and gpu_check.md into --out after every part. How to run
 it: docs/benchmarks.md (The GPU check). gpu_check.json: {"dry_run", "started", "seconds", "plan", "machine", "tests",
-"steps", "mixed": {"backbone", "minilm"}, "rag"}; each part has a `status` (ok, partial, failed, timed out, skipped).
+"steps": {attention backend}, "mixed": {"backbone", "minilm"}, "rag"}; each part has a `status` (ok, partial, failed,
+timed out, skipped).
 """
 from __future__ import annotations
 
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if "tests" in args.parts:
         check.run_part("tests", lambda: tests_part(plan.test_paths, device, check.box(plan.tests_box_s), check.parts))
-    if "steps" in args.parts:
-        check.run_part("steps", lambda: steps_part(plan.steps_overrides, check.box(plan.steps_box_s), check.parts))
+    for backend in plan.steps_backends if "steps" in args.parts else ():
+        check.run_part("steps", lambda: steps_part(backend, plan.steps_overrides, check.box(plan.steps_box_s),
+                                                   check.parts), sub=backend)
     for part in plan.mixed if "mixed" in args.parts else ():
         check.run_part("mixed", lambda: mixed_part(part, check.time_left, check.parts), sub=part.name)
     if "rag" in args.parts:

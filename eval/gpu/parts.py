@@ -99,10 +99,14 @@ def progress_counts(log: Path) -> dict:
             "skipped": marks.count("s"), "incomplete": True}
 
 
-def steps_part(overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
-    args = [sys.executable, "-m", "orthrus_rag.eval.bench.cli", "workload=steps", *overrides, f"hydra.run.dir={folder / 'steps'}"]
-    result = run_command(args, box_s, folder / "steps.log")
-    bench = _read_json(folder / "steps" / "bench.json") or {}
+def steps_part(backend: str, overrides: tuple[str, ...], box_s: float, folder: Path) -> dict:
+    """`workload=steps` with one attention backend."""
+    overrides = (*overrides, f"runtime.attention_backend={backend}")
+    run_dir = folder / f"steps_{backend}"
+    args = [sys.executable, "-m", "orthrus_rag.eval.bench.cli", "workload=steps", *overrides,
+            f"hydra.run.dir={run_dir}"]
+    result = run_command(args, box_s, folder / f"steps_{backend}.log")
+    bench = _read_json(run_dir / "bench.json") or {}
     return result.section(seconds=result.seconds, overrides=list(overrides),
                           **{k: bench[k] for k in ("steps", "tokens", "read_gb_s", "weight_bytes") if k in bench})
 

@@ -28,7 +28,8 @@ class Plan:
     test_paths: tuple[str, ...]
     tests_box_s: float
     steps_overrides: tuple[str, ...]
-    steps_box_s: float
+    steps_backends: tuple[str, ...]  # the steps part runs once with each (runtime.attention_backend)
+    steps_box_s: float  # per backend
     mixed: tuple[BenchPart, ...]
     rag: BenchPart
     rates: tuple[float, float]

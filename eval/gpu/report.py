@@ -10,7 +10,8 @@ def render(check: dict) -> str:
              " figures are speed only.", ""]
     lines += _machine(check.get("machine", {}))
     lines += _tests(check.get("tests", {}))
-    lines += _steps(check.get("steps", {}))
+    for backend, section in check.get("steps", {}).items():
+        lines += _steps(backend, section)
     for name, section in check.get("mixed", {}).items():
         lines += _mixed(name, section)
     lines += _rag(check.get("rag", {}))
@@ -34,8 +35,8 @@ def _tests(t: dict) -> list[str]:
     return lines + _tail(t) + [""]
 
 
-def _steps(s: dict) -> list[str]:
-    lines = ["## Step micro-benchmark", f"- status: {s.get('status')}"]
+def _steps(backend: str, s: dict) -> list[str]:
+    lines = [f"## Step micro-benchmark: attention backend {backend}", f"- status: {s.get('status')}"]
     if s.get("steps"):
         rows = [[shape, threads, s.get("tokens", {}).get(shape), r.get("engine_ms"), r.get("host_ms"), r.get("hf_ms"),
                  r.get("floor_ms"), cell(r["engine_ms"] / r["floor_ms"] if r.get("floor_ms") else None, 2, "x")]

@@ -22,7 +22,7 @@ PROMPTS = [
 
 
 DEVICE = os.environ.get("ORTHRUS_TEST_DEVICE", "cpu")  # engines and their transformers references run here
-# The attention backend of every tiny engine; vllm_cpu runs the suite again with vLLM's CPU kernels (blocks of 16).
+# The attention backend of every tiny engine; vllm_cpu (blocks of 16) and flex_paged run the suite again (.ci/run).
 BACKEND = os.environ.get("ORTHRUS_TEST_ATTENTION", "sdpa_in_place")
 BLOCK_SIZE = 16 if BACKEND == "vllm_cpu" else 4
 

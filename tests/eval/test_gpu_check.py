@@ -32,10 +32,12 @@ def test_dry_run_writes_every_section_within_three_minutes(tmp_path):
     assert check["tests"]["device"] == "cpu" and check["tests"]["passed"] > 0
     assert check["tests"]["failures"] == 0 and check["tests"]["errors"] == 0
     assert any(section["modes"].get("hetero", {}).get("rps") for section in check["mixed"].values())
-    for section in [check["steps"], check["rag"], *check["mixed"].values()]:
+    assert set(check["steps"]) == {"auto"}  # one steps run per attention backend of the plan
+    for section in [*check["steps"].values(), check["rag"], *check["mixed"].values()]:
         assert section["status"]
-    assert check["steps"]["status"] == "ok"  # and it carries the step benchmark's figures over
-    assert {"steps", "tokens", "read_gb_s", "weight_bytes"} <= set(check["steps"])
+    for steps in check["steps"].values():
+        assert steps["status"] == "ok"  # and each carries the step benchmark's figures over
+        assert {"steps", "tokens", "read_gb_s", "weight_bytes"} <= set(steps)
     markdown = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "## Engine tests" in markdown and "## RAG benchmark" in markdown and "latency only" in markdown
 
@@ -53,9 +55,11 @@ def test_full_plan_refuses_a_machine_without_cuda(tmp_path, monkeypatch):
 def test_plans_fit_their_budgets():
     full, dry = load_plan("full"), load_plan("dry")
     for plan in (full, dry):
-        boxes = plan.tests_box_s + plan.steps_box_s + sum(p.box_s for p in plan.mixed) + plan.rag.box_s
+        boxes = plan.tests_box_s + plan.steps_box_s * len(plan.steps_backends) + sum(p.box_s for p in plan.mixed) \
+            + plan.rag.box_s
         assert boxes <= plan.budget_s
     assert full.budget_s <= 8 * 60 - 15  # the check's 8 minutes, the wheel install aside
+    assert set(full.steps_backends) == {"sdpa_in_place", "flex_paged"}  # every CUDA backend that needs no wheel
     assert all(set(part.modes) == {"hetero", "isolated", "alternating", "hf"} for part in (*full.mixed, full.rag))
     assert len(full.rates) == len(dry.rates) == 2
 
@@ -109,11 +113,11 @@ def test_tests_needing_missing_model_packages_are_deselected(monkeypatch):
 def test_report_renders_partial_results():
     check = {"dry_run": False, "started": "now", "seconds": 10, "machine": {"cuda": True, "gpu": "NVIDIA H200"},
              "tests": {"status": "ok", "passed": 3},
-             "steps": {"status": "not available (eval/bench/steps.py is not in this checkout)"},
+             "steps": {"flex_paged": {"status": "not available (eval/bench/steps.py is not in this checkout)"}},
              "mixed": {"backbone": {"status": "partial (1 of 4 modes)", "modes": {"hetero": {"rps": 2.0}},
                                     "ratios": {"hetero/isolated": None}, "problems": {"isolated": "failed (exit 1)"}}},
              "rag": {"status": "ok", "by_rate": {"4.0": {"modes": {"hetero": {"p99_s": 1.0}},
                                                          "p99_reduction_vs_isolated": 0.6}}}}
     text = render(check)
     assert "NVIDIA H200" in text and "| hetero | 2.000 |" in text and "isolated: failed (exit 1)" in text
-    assert "60% lower" in text and "not available" in text
+    assert "60% lower" in text and "not available" in text and "attention backend flex_paged" in text

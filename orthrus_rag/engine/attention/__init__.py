@@ -6,10 +6,11 @@ from orthrus_rag.engine.attention.base import AttentionBackend, Geometry, Segmen
 from orthrus_rag.engine.attention.choice import Choice
 from orthrus_rag.engine.attention.choice import choose as _choose
 from orthrus_rag.engine.attention.flash_paged import FlashPaged
+from orthrus_rag.engine.attention.flex_paged import FlexPaged
 from orthrus_rag.engine.attention.sdpa_in_place import SdpaInPlace
 from orthrus_rag.engine.attention.vllm_cpu import VllmCpu
 
-BACKENDS: dict[str, type[AttentionBackend]] = {b.name: b for b in (SdpaInPlace, FlashPaged, VllmCpu)}
+BACKENDS: dict[str, type[AttentionBackend]] = {b.name: b for b in (SdpaInPlace, FlexPaged, FlashPaged, VllmCpu)}
 
 
 def choose(requested: str, geometry: Geometry) -> Choice:

@@ -61,6 +61,11 @@ class AttentionBackend:
         """Why this backend cannot run for `geometry` on this machine, or None."""
         return None
 
+    @staticmethod
+    def candidate(geometry: Geometry) -> bool:
+        """Whether `auto` times this backend for `geometry` (where it runs; a backend known to lose may say no)."""
+        return True
+
     @property
     def cache_dtype(self) -> torch.dtype:
         return self.geometry.dtype

@@ -45,7 +45,7 @@ def choose(requested: str, geometry: Geometry, backends: dict[str, type[Attentio
             raise InvalidRequestError(f"runtime.attention_backend={requested} cannot run here: {reasons[requested]}; "
                                       "use auto", "attention_backend")
         return Choice(backends[requested](geometry), "requested")
-    runnable = [name for name, why in reasons.items() if why is None]
+    runnable = [name for name, why in reasons.items() if why is None and backends[name].candidate(geometry)]
     if len(runnable) == 1:
         return Choice(backends[runnable[0]](geometry), "the only one")
     key, path = machine_key(geometry, runnable), cache_dir() / "attention_choice.json"

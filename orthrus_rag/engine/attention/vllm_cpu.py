@@ -135,6 +135,12 @@ class VllmStep(StepAttention):
 class VllmCpu(AttentionBackend):
     name = "vllm_cpu"
 
+    def __init__(self, geometry: Geometry):
+        why = self.unsupported(geometry)  # loads the kernels
+        if why is not None:
+            raise RuntimeError(f"the vllm_cpu backend cannot run here: {why}")
+        super().__init__(geometry)
+
     @staticmethod
     def unsupported(geometry: Geometry) -> str | None:
         if geometry.device.type != "cpu":

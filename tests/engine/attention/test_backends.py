@@ -15,6 +15,7 @@ from orthrus_rag.engine.batch import ScheduledChunk
 from orthrus_rag.engine.model_runner import pack_host, to_device
 from orthrus_rag.engine.request import RequestTimings
 from orthrus_rag.engine.sequence import Sequence
+from tests.engine.conftest import DEVICE
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 
@@ -67,8 +68,8 @@ class Chunk:
 
 def reference(q, k, v, chunk: Chunk, causal: bool, window: int | None, scale: float) -> torch.Tensor:
     """Plain per-sequence attention with an explicit mask: queries at positions ctx .. ctx+n-1."""
-    q_pos = torch.arange(chunk.ctx, chunk.ctx + chunk.n)[:, None]
-    k_pos = torch.arange(chunk.ctx + chunk.n)[None, :]
+    q_pos = torch.arange(chunk.ctx, chunk.ctx + chunk.n, device=q.device)[:, None]
+    k_pos = torch.arange(chunk.ctx + chunk.n, device=q.device)[None, :]
     allowed = (k_pos <= q_pos) if causal else torch.ones_like(k_pos <= q_pos)
     if window is not None:
         allowed &= (q_pos - k_pos).abs() < window
@@ -86,9 +87,9 @@ def fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, cau
         n_k = int(cu_k[s + 1] - cu_k[s])
         qs = q[cu_q[s]:cu_q[s + 1]]
         ks, vs = (x[block_table[s]].flatten(0, 1)[:n_k] for x in (k, v))
-        i = torch.arange(len(ks) - len(qs), len(ks))[:, None]
-        j = torch.arange(len(ks))[None, :]
-        allowed = torch.ones(len(qs), len(ks), dtype=torch.bool)
+        i = torch.arange(len(ks) - len(qs), len(ks), device=q.device)[:, None]
+        j = torch.arange(len(ks), device=q.device)[None, :]
+        allowed = torch.ones(len(qs), len(ks), dtype=torch.bool, device=q.device)
         if causal:
             allowed &= j <= i
         if left >= 0:
@@ -134,30 +135,35 @@ def tables(layout: str, geo: Sizes) -> list[list[int]]:
 
 @pytest.mark.parametrize("backend,layout", [
     ("sdpa_in_place", "one_run"), ("sdpa_in_place", "fragmented"), ("flash_attn_paged", "fragmented"),
+    ("flex_paged", "fragmented"),
     pytest.param("vllm_cpu", "fragmented", marks=pytest.mark.skipif(not VLLM, reason="vLLM CPU kernels absent"))])
 @pytest.mark.parametrize("causal,window", [(True, None), (True, 5), (False, None), (False, 3)])
 def test_packed_attention_equals_per_sequence_attention(causal, window, backend, layout, monkeypatch):
+    """On the tests' device (ORTHRUS_TEST_DEVICE: the GPU check runs this on CUDA, FlexAttention compiled)."""
+    device = torch.device(DEVICE)
     if backend == "flash_attn_paged":  # the call's plumbing, against flash-attn's documented semantics
         monkeypatch.setitem(sys.modules, "flash_attn", SimpleNamespace(flash_attn_varlen_func=fake_flash_varlen))
+    if backend == "vllm_cpu" and device.type != "cpu":
+        pytest.skip("vLLM's kernels run on CPU only")
     geo = Sizes(16, 32, 4) if backend == "vllm_cpu" else Sizes()
     block, dim = geo.block, geo.dim
     torch.manual_seed(0)
     chunks = [Chunk(i, ctx, n, table) for i, ((ctx, n, _), table) in enumerate(zip(geo.shapes(), tables(layout, geo)))]
-    runner = BACKENDS[backend](Geometry(torch.device("cpu"), torch.float32, block, HEADS, KV_HEADS, dim))
+    runner = BACKENDS[backend](Geometry(device, torch.float32, block, HEADS, KV_HEADS, dim))
     cache = runner.make_cache(1, 64 * block)
-    full_k = [torch.randn(KV_HEADS, c.ctx + c.n, dim) for c in chunks]
-    full_v = [torch.randn(KV_HEADS, c.ctx + c.n, dim) for c in chunks]
+    full_k = [torch.randn(KV_HEADS, c.ctx + c.n, dim).to(device) for c in chunks]
+    full_v = [torch.randn(KV_HEADS, c.ctx + c.n, dim).to(device) for c in chunks]
     for c, k, v in zip(chunks, full_k, full_v):  # the context is already in the cache
         if c.ctx and c.seq.block_table[0] == 0:  # a shared first block holds the same keys for every sequence
             k[:, :block], v[:, :block] = full_k[0][:, :block], full_v[0][:, :block]
         slots = torch.tensor([c.seq.block_table[p // block] * block + p % block for p in range(c.ctx)],
-                             dtype=torch.long)
+                             dtype=torch.long, device=device)
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
     host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], block, scratch_block=48)
-    *_, meta = to_device(host, cache, runner, torch.device("cpu"))
+    *_, meta = to_device(host, cache, runner, device)
     if backend == "sdpa_in_place" and layout == "fragmented":
         assert max(len(s.runs) for s in meta.seqs) >= 3
-    q = [torch.randn(HEADS, c.n, dim) for c in chunks]
+    q = [torch.randn(HEADS, c.n, dim).to(device) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
     module = SimpleNamespace(layer_idx=0, is_causal=causal)
