@@ -254,7 +254,7 @@ class LLMEngine:
             "kv_blocks_used": blocks.num_blocks - blocks.num_free,
             "policy": self.scheduler.policy.name,
             "attention_backend": self.runner.attention.name,
-            "attention_choice": {k: v for k, v in self.runner.attention_choice.stats().items() if k != "backend"},
+            "attention_choice": self.runner.attention_choice.stats(),
             "dtype": str(self.runner.dtype).removeprefix("torch."),
         }
 

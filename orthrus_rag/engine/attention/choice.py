@@ -22,7 +22,7 @@ from orthrus_rag.models.device import cpu_flags
 
 log = logging.getLogger(__name__)
 
-# (sequences, queries each, cached keys each before them): what `auto` times every backend on
+# (sequences, queries each, cached keys each before them), in `probe_tables`' layout: what `auto` times every backend on
 PROBES = {"decode": (8, 1, 1024), "chunk": (1, 256, 1536)}
 WARMUP, REPEATS = 2, 5
 
@@ -34,7 +34,8 @@ class Choice:
     ms: dict[str, dict[str, float]] = field(default_factory=dict)  # backend -> probe -> median ms of one layer
 
     def stats(self) -> dict:
-        return {"backend": self.backend.name, "how": self.how, "ms": self.ms}
+        """How the backend was chosen, for `stats()["attention_choice"]`."""
+        return {"how": self.how, "ms": self.ms}
 
 
 def choose(requested: str, geometry: Geometry, backends: dict[str, type[AttentionBackend]]) -> Choice:
@@ -53,7 +54,7 @@ def choose(requested: str, geometry: Geometry, backends: dict[str, type[Attentio
     entry = known.get(key)
     if isinstance(entry, dict) and entry.get("backend") in runnable:
         return Choice(backends[entry["backend"]](geometry), "remembered", entry.get("ms") or {})
-    ms = {name: measure(backends[name](geometry)) for name in runnable}
+    ms = measure([backends[name](geometry) for name in runnable])
     best = min(runnable, key=lambda name: sum(ms[name].values()))
     log.info("attention backend %s, timed against %s (ms per layer: %s); remembered in %s", best,
              [n for n in runnable if n != best], ms, path)
@@ -75,42 +76,51 @@ def machine_key(geometry: Geometry, runnable: list[str]) -> str:
                        f"heads {g.num_heads}/{g.num_kv_heads}x{g.head_dim} block {g.block_size}", ",".join(runnable)])
 
 
-def measure(backend: AttentionBackend) -> dict[str, float]:
-    """Median ms of one layer's attention for each probe shape, the keys already in the cache."""
-    return {probe: round(_time_probe(backend, *shape), 3) for probe, shape in PROBES.items()}
+def measure(candidates: list[AttentionBackend]) -> dict[str, dict[str, float]]:
+    """Per backend, per probe shape, the median ms of one layer's attention, the keys already in the cache. The
+    backends take turns, one call each per round, so load from elsewhere on the machine falls on all alike."""
+    ms: dict[str, dict[str, float]] = {b.name: {} for b in candidates}
+    for probe, shape in PROBES.items():
+        steps = [(b, *probe_step(b, *shape)) for b in candidates]
+        times: dict[str, list[float]] = {b.name: [] for b in candidates}
+        for i in range(WARMUP + REPEATS):
+            for backend, step, q in steps:
+                _sync(q.device)
+                start = time.perf_counter()
+                backend.attend(step, 0, q, None, True, None)
+                _sync(q.device)
+                if i >= WARMUP:
+                    times[backend.name].append(time.perf_counter() - start)
+        for name, t in times.items():
+            ms[name][probe] = round(statistics.median(t) * 1e3, 3)
+    return ms
+
+
+def probe_tables(num_seqs: int, blocks: int) -> list[list[int]]:
+    """Block tables laid out as a running engine leaves them: sequences that decode side by side grow block by block
+    in turns (block j of sequence i is j * num_seqs + i: every run one block long); a lone chunk's context is two
+    runs (a prefix shared through the prefix cache, then its own blocks)."""
+    if num_seqs > 1:
+        return [[j * num_seqs + i for j in range(blocks)] for i in range(num_seqs)]
+    return [[j + (j >= blocks // 2) for j in range(blocks)]]
 
 
 def probe_step(backend: AttentionBackend, num_seqs: int, queries: int, context: int):
-    """A step of `num_seqs` sequences of `queries` new rows after `context` cached keys each, its keys (random, the
-    same for every backend) written: (the step's plan, its queries)."""
+    """A step of `num_seqs` sequences of `queries` new rows after `context` cached keys each, in `probe_tables`, its
+    keys (random, the same for every backend) written: (the step's plan, its queries)."""
     g, gen = backend.geometry, torch.Generator().manual_seed(0)
-    blocks = -(-(context + queries) // g.block_size)
-    cache = backend.make_cache(1, num_seqs * blocks * g.block_size)
-    segments = [Segment(i * queries, queries, context, list(range(i * blocks, (i + 1) * blocks)))
-                for i in range(num_seqs)]
-    slots = torch.tensor([i * blocks * g.block_size + p for i in range(num_seqs) for p in range(context + queries)],
-                         device=g.device)
+    tables = probe_tables(num_seqs, -(-(context + queries) // g.block_size))
+    cache = backend.make_cache(1, (1 + max(max(t) for t in tables)) * g.block_size)
+    segments = [Segment(i * queries, queries, context, table) for i, table in enumerate(tables)]
+    slot = [[t[p // g.block_size] * g.block_size + p % g.block_size for p in range(context + queries)] for t in tables]
+    slots = torch.tensor([x for row in slot for x in row], device=g.device)
     kv = [torch.randn(len(slots), g.num_kv_heads, g.head_dim, generator=gen).to(g.device, g.dtype) for _ in "kv"]
     cache.write(0, slots, *kv)
-    new_rows = torch.tensor([i * blocks * g.block_size + context + j for i in range(num_seqs) for j in range(queries)],
-                            device=g.device)
+    new_rows = torch.tensor([x for row in slot for x in row[context:]], device=g.device)
     step = backend.plan(cache, new_rows, segments,
                         [torch.tensor(x, device=g.device) for x in backend.host_integers(segments)])
     q = torch.randn(num_seqs * queries, g.num_heads, g.head_dim, generator=gen).to(g.device, g.dtype)
     return step, q
-
-
-def _time_probe(backend: AttentionBackend, num_seqs: int, queries: int, context: int) -> float:
-    step, q = probe_step(backend, num_seqs, queries, context)
-    times = []
-    for i in range(WARMUP + REPEATS):
-        _sync(q.device)
-        start = time.perf_counter()
-        backend.attend(step, 0, q, None, True, None)
-        _sync(q.device)
-        if i >= WARMUP:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def _read(path) -> dict:

@@ -1,14 +1,18 @@
 """torch's fused SDPA over views of the cache, on any device: a sequence's block table is cut into runs of
-consecutive blocks, each run one view; several runs are merged exactly by their log-sum-exp."""
+consecutive blocks, each run one view; several runs are merged exactly by their log-sum-exp. A sequence in more than
+MAX_RUNS runs (sequences that decode side by side grow into blocks in turns) is gathered into one copy of its keys
+instead: past a few runs, the calls cost more than the copy."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from orthrus_rag.engine.attention.base import AttentionBackend, StepAttention
 from orthrus_rag.engine.kv_cache import PagedKVCache
+
+MAX_RUNS = 4  # more runs than this: one gathered copy (docs/engine.md gives the measurement)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class SeqSlice:
     n: int
     ctx: int
     runs: list[KeyRun]
+    gather: torch.Tensor | None = None  # the slots of its keys in order, where they are gathered (one run)
 
 
 @dataclass
@@ -65,8 +70,14 @@ class SdpaInPlace(AttentionBackend):
 
     def plan(self, cache, write_slots, segments, device_integers) -> SdpaStep:
         block = self.geometry.block_size
-        return SdpaStep(self, cache, write_slots,
-                        [SeqSlice(s.row, s.n, s.ctx, key_runs(s.table, s.num_keys, block)) for s in segments])
+        seqs = [SeqSlice(s.row, s.n, s.ctx, key_runs(s.table, s.num_keys, block)) for s in segments]
+        scattered = [s for s in seqs if len(s.runs) > MAX_RUNS]
+        if scattered:  # one transfer for every gathered sequence's slots
+            slots = [[r.slot + i for r in s.runs for i in range(r.length)] for s in scattered]
+            flat = torch.tensor([x for row in slots for x in row], dtype=torch.long).to(write_slots.device)
+            for s, part in zip(scattered, flat.split([len(row) for row in slots])):
+                s.gather, s.runs = part, [KeyRun(-1, 0, s.ctx + s.n)]
+        return SdpaStep(self, cache, write_slots, seqs)
 
     def attend(self, step: SdpaStep, layer, q, scale, causal, window) -> torch.Tensor:
         cache = step.cache
@@ -79,8 +90,12 @@ class SdpaInPlace(AttentionBackend):
         for s, runs in zip(step.seqs, step.run_masks(causal, window, group)):
             qs = qc[s.row:s.row + s.n].view(s.n, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(
                 1, kv_heads, group * s.n, dim)
-            parts = [(k_pool[r.slot:r.slot + r.length].transpose(0, 1)[None],
-                      v_pool[r.slot:r.slot + r.length].transpose(0, 1)[None], m) for r, m in runs]
+            if s.gather is not None:
+                parts = [(k_pool[s.gather].transpose(0, 1)[None], v_pool[s.gather].transpose(0, 1)[None], m)
+                         for _, m in runs]
+            else:
+                parts = [(k_pool[r.slot:r.slot + r.length].transpose(0, 1)[None],
+                          v_pool[r.slot:r.slot + r.length].transpose(0, 1)[None], m) for r, m in runs]
             o = attend_runs(qs, parts, scale)
             outs.append(o.view(kv_heads, group, s.n, dim).permute(2, 0, 1, 3).reshape(s.n, heads, dim))
         return torch.cat(outs).to(q.dtype)
@@ -88,14 +103,10 @@ class SdpaInPlace(AttentionBackend):
 
 def key_runs(table: list[int], num_keys: int, block_size: int) -> list[KeyRun]:
     """The sequence's first `num_keys` keys as runs of consecutive blocks: each run is one view of the cache."""
-    runs: list[KeyRun] = []
-    for j in range(-(-num_keys // block_size)):
-        length = min(block_size, num_keys - j * block_size)
-        if j and table[j] == table[j - 1] + 1:
-            runs[-1] = replace(runs[-1], length=runs[-1].length + length)
-        else:
-            runs.append(KeyRun(table[j] * block_size, j * block_size, length))
-    return runs
+    blocks = -(-num_keys // block_size)
+    starts = [0, *(j for j in range(1, blocks) if table[j] != table[j - 1] + 1), blocks]
+    return [KeyRun(table[a] * block_size, a * block_size, min(b * block_size, num_keys) - a * block_size)
+            for a, b in zip(starts, starts[1:])]
 
 
 _UNSEEN = object()  # a run no query of the chunk sees

@@ -41,8 +41,9 @@ def key_storages(engine, monkeypatch) -> list[bool]:
 
 @pytest.mark.parametrize("num_seqs", [1, 16])
 def test_attention_reads_keys_in_place(make_engine, monkeypatch, num_seqs):
-    """Every key tensor attention multiplies is a view of the cache: no gathered or padded copy on any path (decodes,
-    chunks, backbone embeddings, shared prefixes)."""
+    """Every key tensor attention multiplies is a view of the cache, in up to MAX_RUNS runs per sequence (here any
+    number): no gathered or padded copy on any path (decodes, chunks, backbone embeddings, shared prefixes)."""
+    monkeypatch.setattr(sdpa_in_place, "MAX_RUNS", 10**6)
     engine = make_engine(max_num_batched_tokens=256, max_num_seqs=32, attention_backend="sdpa_in_place")
     rng = random.Random(num_seqs)
     shared = " ".join(["shared"] * 40)  # full blocks shared through the prefix cache: tables of several runs
@@ -161,8 +162,8 @@ def test_packed_attention_equals_per_sequence_attention(causal, window, backend,
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
     host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], block, scratch_block=48)
     *_, meta = to_device(host, cache, runner, device)
-    if backend == "sdpa_in_place" and layout == "fragmented":
-        assert max(len(s.runs) for s in meta.seqs) >= 3
+    if backend == "sdpa_in_place" and layout == "fragmented":  # runs merged by log-sum-exp, and one gathered copy
+        assert max(len(s.runs) for s in meta.seqs) >= 3 and any(s.gather is not None for s in meta.seqs)
     q = [torch.randn(HEADS, c.n, dim).to(device) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
@@ -172,3 +173,11 @@ def test_packed_attention_equals_per_sequence_attention(causal, window, backend,
     want = torch.cat([reference(qi, k, v, c, causal, window, 0.3).transpose(0, 1)
                       for qi, k, v, c in zip(q, full_k, full_v, chunks)])
     assert (out[0] - want).abs().max() < 1e-5
+
+
+def test_key_runs_by_hand():
+    from orthrus_rag.engine.attention.sdpa_in_place import KeyRun, key_runs
+
+    assert key_runs([5, 6, 7], 40, 16) == [KeyRun(80, 0, 40)]
+    assert key_runs([5, 6, 9, 10, 2, 99], 70, 16) == [KeyRun(80, 0, 32), KeyRun(144, 32, 32), KeyRun(32, 64, 6)]
+    assert key_runs([3], 1, 16) == [KeyRun(48, 0, 1)]

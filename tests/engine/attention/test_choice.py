@@ -20,8 +20,13 @@ def cache_folder(monkeypatch, tmp_path):
 def both_run(monkeypatch, ms: dict[str, dict[str, float]]) -> list[str]:
     """Both CPU backends can run; measuring one returns `ms[name]` and is recorded."""
     measured = []
+
+    def measure(candidates):
+        measured.extend(b.name for b in candidates)
+        return {b.name: ms[b.name] for b in candidates}
+
     monkeypatch.setattr(VllmCpu, "unsupported", staticmethod(lambda geometry: None))
-    monkeypatch.setattr(choice, "measure", lambda backend: measured.append(backend.name) or ms[backend.name])
+    monkeypatch.setattr(choice, "measure", measure)
     return measured
 
 
@@ -66,26 +71,47 @@ def test_the_key_names_the_machine_libraries_and_shape():
     assert key != choice.machine_key(Geometry(CPU.device, torch.bfloat16, 16, 4, 2, 32), ["sdpa_in_place"])
 
 
-@pytest.mark.parametrize("name", sorted(n for n, cls in BACKENDS.items() if cls.unsupported(CPU) is None))
-def test_every_backend_that_runs_here_is_timed_on_both_probes(name):
-    ms = choice.measure(BACKENDS[name](CPU))
-    assert set(ms) == set(choice.PROBES) and all(v > 0 for v in ms.values())
+def test_every_candidate_here_is_timed_on_both_probes():
+    names = [n for n, cls in BACKENDS.items() if cls.unsupported(CPU) is None and cls.candidate(CPU)]
+    ms = choice.measure([BACKENDS[n](CPU) for n in names])
+    assert "flex_paged" not in names and set(ms) == set(names)
+    for by_probe in ms.values():
+        assert set(by_probe) == set(choice.PROBES) and all(v > 0 for v in by_probe.values())
 
 
-def test_a_probe_is_a_real_step():
-    """The probe's step attends like plain causal attention over the keys it wrote, in every backend that runs
-    here (the same random keys for each)."""
-    step, q = choice.probe_step(SdpaInPlace(CPU), 2, 3, 20)
+def test_probe_tables_are_fragmented_as_in_a_running_engine():
+    decodes, chunk = choice.probe_tables(3, 4), choice.probe_tables(1, 5)
+    assert decodes == [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8, 11]] and chunk == [[0, 1, 3, 4, 5]]
+
+
+@pytest.mark.parametrize("num_seqs,queries", [(3, 1), (1, 9)])
+def test_a_probe_is_a_real_step(num_seqs, queries):
+    """The probe's step attends like plain causal attention over the keys it wrote, through its fragmented tables,
+    in every backend that runs here (the same random keys for each)."""
+    step, q = choice.probe_step(SdpaInPlace(CPU), num_seqs, queries, 40)
     out = SdpaInPlace(CPU).attend(step, 0, q, None, True, None)
-    k = step.cache.k[0].view(-1, 2, 32)
-    for i, s in enumerate(step.seqs):
-        keys = slice(s.runs[0].slot, s.runs[0].slot + s.ctx + s.n)
-        mask = torch.ones(s.n, s.ctx + s.n, dtype=torch.bool).tril(s.ctx)
+    k, v = (x[0].view(-1, 2, 32) for x in (step.cache.k, step.cache.v))
+    for seg in step.seqs:
+        assert len(seg.runs) >= 2
+        rows = [r.slot + i for r in seg.runs for i in range(r.length)]
+        mask = torch.ones(seg.n, seg.ctx + seg.n, dtype=torch.bool).tril(seg.ctx)
         want = torch.nn.functional.scaled_dot_product_attention(
-            q[s.row:s.row + s.n].transpose(0, 1), k[keys].transpose(0, 1), step.cache.v[0].view(-1, 2, 32)[keys]
-            .transpose(0, 1), attn_mask=mask, enable_gqa=True).transpose(0, 1)
-        assert (out[s.row:s.row + s.n] - want).abs().max() < 1e-5
+            q[seg.row:seg.row + seg.n].transpose(0, 1), k[rows].transpose(0, 1), v[rows].transpose(0, 1),
+            attn_mask=mask, enable_gqa=True).transpose(0, 1)
+        assert (out[seg.row:seg.row + seg.n] - want).abs().max() < 1e-5
     for name, cls in BACKENDS.items():
         if name != "sdpa_in_place" and cls.unsupported(CPU) is None:
-            other, q2 = choice.probe_step(cls(CPU), 2, 3, 20)
+            other, q2 = choice.probe_step(cls(CPU), num_seqs, queries, 40)
             assert torch.equal(q, q2) and (cls(CPU).attend(other, 0, q2, None, True, None) - out).abs().max() < 1e-5
+
+
+def test_the_engine_names_its_backend_and_how_it_was_chosen(make_engine):
+    engine = make_engine(attention_backend="auto", block_size=16)
+    stats = engine.get_stats()
+    choice_ = stats["attention_choice"]
+    assert stats["attention_backend"] == engine.runner.attention.name and "flex_paged" not in choice_["ms"]
+    if choice_["how"] == "measured":  # the fastest by the probes' sum runs
+        assert stats["attention_backend"] == min(choice_["ms"], key=lambda n: sum(choice_["ms"][n].values()))
+    else:
+        assert choice_ == {"how": "the only one", "ms": {}} and stats["attention_backend"] == "sdpa_in_place"
+    assert make_engine(attention_backend="flex_paged").get_stats()["attention_choice"]["how"] == "requested"
