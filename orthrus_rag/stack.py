@@ -83,12 +83,13 @@ class StackPlan:
             return self
         return dataclasses.replace(self, engine=dataclasses.replace(self.engine, num_threads=max(1, threads)))
 
-    def start_engine(self) -> EngineLike:
-        """The engine the pipelines run on: this process's (`start_local_engine`), or, where model.endpoint or
-        embedder.endpoint is set, a RemoteEngine that sends that part to its server (checked to answer and to serve
-        the model) and the rest to a local engine, started only when one part has no endpoint."""
+    def start_engine(self, local: AsyncEngine | None = None) -> EngineLike:
+        """The engine the pipelines run on: this process's (`local`, else `start_local_engine`), or, where
+        model.endpoint or embedder.endpoint is set, a RemoteEngine that sends that part to its server (checked to
+        answer and to serve the model) and the rest to the local engine, started only when one part has no
+        endpoint and none is given."""
         if not self.remote:
-            return self.start_local_engine()
+            return local or self.start_local_engine()
         generator = Endpoint(self.generator_endpoint, self.engine.generator) \
             if self.generator_endpoint.endpoint else None
         embedder = Endpoint(self.embedder_endpoint, self.engine.embedder or self.engine.generator) \
@@ -96,7 +97,8 @@ class StackPlan:
         with user_errors(RemoteError):
             for endpoint in filter(None, (generator, embedder)):
                 endpoint.check()
-        local = None if generator and embedder else self.start_local_engine()
+        if local is None and not (generator and embedder):
+            local = self.start_local_engine()
         with user_errors(ModelNotFoundError, suffix=" (model.name: its tokenizer renders the prompts here)"):
             tokenizer = local.tokenizer if local is not None else load_tokenizer(self.engine.generator)
         return RemoteEngine(tokenizer, generator, embedder, local)

@@ -68,6 +68,7 @@ class Endpoint:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("requests", "retries", "prompt_tokens", "completion_tokens"), 0))
     _client: httpx.AsyncClient | None = None
+    _loop: asyncio.AbstractEventLoop | None = None  # the loop `_client` belongs to
 
     @property
     def url(self) -> str:
@@ -78,8 +79,11 @@ class Endpoint:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def client(self) -> httpx.AsyncClient:
-        if self._client is None:  # made on first use, inside the event loop that uses it
-            self._client = httpx.AsyncClient(timeout=self.settings.timeout_s, headers=self.headers())
+        """The client of the running event loop: made on first use in each loop (a client's connections belong to
+        the loop that opened them; a server builds its index in one loop and answers in another)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client, self._loop = httpx.AsyncClient(timeout=self.settings.timeout_s, headers=self.headers()), loop
         return self._client
 
     def check(self) -> None:
@@ -139,6 +143,15 @@ class Endpoint:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+            self._client = None
+
+    def discard(self) -> None:
+        """Close the client from inside a running loop (in the background); without one, drop it with its loop."""
+        if self._client is None:
+            return
+        try:
+            asyncio.get_running_loop().create_task(self.close())
+        except RuntimeError:
             self._client = None
 
 
@@ -225,12 +238,8 @@ class RemoteEngine:
         return {**(self.local.stats() if self.local is not None else {}), "remote": remote}
 
     def shutdown(self) -> None:
-        for endpoint in (self.generator, self.embedder):
-            if endpoint is not None and endpoint._client is not None:
-                try:
-                    asyncio.get_running_loop().create_task(endpoint.close())
-                except RuntimeError:  # no loop running: the loop that made the client is gone with it
-                    endpoint._client = None
+        for endpoint in filter(None, (self.generator, self.embedder)):
+            endpoint.discard()
         if self.local is not None:
             self.local.shutdown()
 

@@ -4,6 +4,7 @@
     orthrus-rag-serve server.port=9000 runtime.dtype=float32
     orthrus-rag-serve model.name=/models/Llama-3-8B-Instruct embedder=backbone server.rag.enabled=false
     orthrus-rag-serve server.replicas=4 server.num_gpus=1         # 4 engines on Ray Serve, one GPU each
+    orthrus-rag-serve model.endpoint=http://vllm:8000/v1          # /v1/rag's generation on another server
 """
 from __future__ import annotations
 
@@ -67,9 +68,13 @@ def stack_plan(cfg: DictConfig, settings: ServerSettings) -> StackPlan:
     rag = settings.rag
     corpus = to_absolute_path(rag.corpus) if rag.corpus else None
     plan = StackPlan.from_config(cfg, corpus, pipelines=pipeline_groups(rag) if rag.enabled else {})
-    if plan.remote:
-        raise UserError("orthrus-rag-serve serves the models in its own engine: unset model.endpoint and "
-                        "embedder.endpoint (they send orthrus-rag's and orthrus-rag-index's work to another server)")
+    if plan.remote and not rag.enabled:
+        raise UserError("model.endpoint and embedder.endpoint send /v1/rag's work to another server, and "
+                        "server.rag.enabled is false: enable RAG or unset them (the OpenAI routes always serve this "
+                        "server's own engine)")
+    if plan.remote and settings.replicas > 1:
+        raise UserError("model.endpoint and embedder.endpoint work with one replica: set server.replicas=1 or unset "
+                        "them")
     return plan
 
 
@@ -95,7 +100,8 @@ def run(cfg: DictConfig) -> None:
 
     engine = plan.start_local_engine()  # one engine in this process, under uvicorn; RAG's index is ready before serving
     try:
-        rag = asyncio.run(build_rag(engine, plan, settings.rag.pipeline)) if settings.rag.enabled else None
+        rag_engine = plan.start_engine(local=engine)  # the pipelines' engine: this one, or model/embedder.endpoint
+        rag = asyncio.run(build_rag(rag_engine, plan, settings.rag.pipeline)) if settings.rag.enabled else None
     except BaseException:
         engine.shutdown()
         raise

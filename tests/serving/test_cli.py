@@ -115,7 +115,11 @@ def test_the_default_pipeline_may_be_any_when_the_pipelines_are_not_listed():
     assert pipeline_groups(settings.rag) == {"ircot": {"name": "ircot"}}
 
 
-def test_the_server_refuses_a_remote_model():
+def test_a_remote_model_serves_rag_on_one_replica_only():
     cfg = config("model.endpoint=http://127.0.0.1:8000/v1")
-    with pytest.raises(UserError, match="orthrus-rag-serve serves the models in its own engine"):
-        stack_plan(cfg, server_settings(cfg))
+    assert stack_plan(cfg, server_settings(cfg)).remote
+    for override, why in (("server.rag.enabled=false", "enable RAG or unset them"),
+                          ("server.replicas=2", "set server.replicas=1")):
+        cfg = config("model.endpoint=http://127.0.0.1:8000/v1", override)
+        with pytest.raises(UserError, match=why):
+            stack_plan(cfg, server_settings(cfg))
