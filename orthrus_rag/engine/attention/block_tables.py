@@ -1,5 +1,5 @@
 """The step as paged kernels (vLLM CPU, flash-attn) read it: per sequence its queries, its keys and its block table,
-as device integers."""
+as device integers; `BlockTableBackend` plans it for them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +7,7 @@ from itertools import accumulate
 
 import torch
 
-from orthrus_rag.engine.attention.base import Segment
+from orthrus_rag.engine.attention.base import AttentionBackend, Segment, StepAttention
 
 
 @dataclass
@@ -33,3 +33,21 @@ def layout(segments: list[Segment], device_integers: list[torch.Tensor], page: i
     tables, query_start, key_start, seq_lens = (x.int() for x in device_integers)
     return KernelLayout(tables.view(len(segments), -1), query_start, key_start, seq_lens,
                         max(s.n for s in segments), max(s.num_keys for s in segments), page)
+
+
+@dataclass
+class KernelStep(StepAttention):
+    kernel: KernelLayout | None = None
+
+
+class BlockTableBackend(AttentionBackend):
+    """A backend whose kernel reads each sequence's block table: the step's plan is its `KernelLayout`, in a
+    `step_class` (a KernelStep)."""
+
+    step_class: type[KernelStep] = KernelStep
+
+    def host_integers(self, segments: list[Segment]) -> list[list[int]]:
+        return host_integers(segments)
+
+    def plan(self, cache, write_slots, segments, device_integers) -> KernelStep:
+        return self.step_class(self, cache, write_slots, layout(segments, device_integers, self.geometry.block_size))

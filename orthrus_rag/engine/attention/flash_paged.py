@@ -3,23 +3,16 @@ table, one call per layer."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
 import torch
 
-from orthrus_rag.engine.attention import block_tables
-from orthrus_rag.engine.attention.base import AttentionBackend, Geometry, Segment, StepAttention
-from orthrus_rag.engine.attention.block_tables import KernelLayout
+from orthrus_rag.engine.attention.base import Geometry
+from orthrus_rag.engine.attention.block_tables import BlockTableBackend, KernelStep
 
 FLASH_PAGE = 256  # flash-attn 2 reads a paged cache only in pages of a multiple of 256 tokens
 
 
-@dataclass
-class FlashStep(StepAttention):
-    kernel: KernelLayout | None = None
-
-
-class FlashPaged(AttentionBackend):
+class FlashPaged(BlockTableBackend):
     name = "flash_attn_paged"
 
     @staticmethod
@@ -30,14 +23,7 @@ class FlashPaged(AttentionBackend):
             return f"block_size must be a multiple of {FLASH_PAGE}"
         return None if importlib.util.find_spec("flash_attn") is not None else "flash_attn is not installed"
 
-    def host_integers(self, segments: list[Segment]) -> list[list[int]]:
-        return block_tables.host_integers(segments)
-
-    def plan(self, cache, write_slots, segments, device_integers) -> FlashStep:
-        return FlashStep(self, cache, write_slots,
-                         block_tables.layout(segments, device_integers, self.geometry.block_size))
-
-    def attend(self, step: FlashStep, layer, q, scale, causal, window) -> torch.Tensor:
+    def attend(self, step: KernelStep, layer, q, scale, causal, window) -> torch.Tensor:
         from flash_attn import flash_attn_varlen_func
 
         cache, lay = step.cache, step.kernel

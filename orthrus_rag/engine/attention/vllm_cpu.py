@@ -15,9 +15,8 @@ from pathlib import Path
 
 import torch
 
-from orthrus_rag.engine.attention import block_tables
-from orthrus_rag.engine.attention.base import AttentionBackend, Geometry, Segment, StepAttention
-from orthrus_rag.engine.attention.block_tables import KernelLayout
+from orthrus_rag.engine.attention.base import Geometry
+from orthrus_rag.engine.attention.block_tables import BlockTableBackend, KernelStep
 from orthrus_rag.models.device import cpu_flags
 
 log = logging.getLogger(__name__)
@@ -118,11 +117,10 @@ class BlockedKVCache:
 
 
 @dataclass
-class VllmStep(StepAttention):
-    kernel: KernelLayout | None = None
+class VllmStep(KernelStep):
     _plans: dict = field(default_factory=dict)
 
-    def plan(self, causal: bool, window: int | None, num_heads: int) -> torch.Tensor:
+    def work_split(self, causal: bool, window: int | None, num_heads: int) -> torch.Tensor:
         """vLLM's work split for this step, built once per kind of layer."""
         key = (causal, window, num_heads)
         if key not in self._plans:
@@ -132,8 +130,9 @@ class VllmStep(StepAttention):
         return self._plans[key]
 
 
-class VllmCpu(AttentionBackend):
+class VllmCpu(BlockTableBackend):
     name = "vllm_cpu"
+    step_class = VllmStep
 
     def __init__(self, geometry: Geometry):
         why = self.unsupported(geometry)  # loads the kernels
@@ -152,15 +151,8 @@ class VllmCpu(AttentionBackend):
         return BlockedKVCache(num_layers, num_slots, g.num_kv_heads, g.head_dim, g.dtype, g.device, g.block_size,
                               isa(g.dtype, g.block_size, g.head_dim))
 
-    def host_integers(self, segments: list[Segment]) -> list[list[int]]:
-        return block_tables.host_integers(segments)
-
-    def plan(self, cache, write_slots, segments, device_integers) -> VllmStep:
-        return VllmStep(self, cache, write_slots,
-                        block_tables.layout(segments, device_integers, self.geometry.block_size))
-
     def attend(self, step: VllmStep, layer, q, scale, causal, window) -> torch.Tensor:
         cache, lay = step.cache, step.kernel
         return attend(q.to(cache.dtype).contiguous(), cache.k[layer], cache.v[layer], lay.query_start, lay.seq_lens,
                       lay.block_table, scale or q.shape[-1] ** -0.5, causal, window,
-                      step.plan(causal, window, q.shape[1])).to(q.dtype)
+                      step.work_split(causal, window, q.shape[1])).to(q.dtype)
