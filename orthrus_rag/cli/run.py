@@ -71,7 +71,7 @@ def trace_summary(answer: Any) -> list[dict[str, Any]]:
     """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
     return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
              "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
-             "completion_tokens": e.completion_tokens} for e in answer.trace]
+             "completion_tokens": e.completion_tokens, "cached_tokens": e.cached_tokens} for e in answer.trace]
 
 
 def _short(text: str) -> str:
@@ -100,7 +100,7 @@ def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: lis
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
                "n": len(questions), "failed": sum(row["error"] is not None for row in rows),
                "metrics": aggregate(scores),
-               "latency": latency_stats([row["latency_s"] for row in rows]),
+               "latency": latency_stats([row["latency_s"] for row in rows]), "prompt_tokens": prompt_tokens(rows),
                **run_figures(run, len(answered_now), earlier), "config": OmegaConf.to_container(cfg, resolve=True)}
     if run is None and earlier is not None:  # nothing answered now: the figures, and what they cover, as measured
         results.update({k: earlier[k] for k in ("resumed",) if k in earlier})
@@ -109,6 +109,16 @@ def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: lis
                               "latency_now": latency_stats([r["latency_s"] for r in rows if r["id"] in answered_now])}
     results.update(extra_results(spec, questions, scores, metrics))
     return results
+
+
+def prompt_tokens(rows: list[dict]) -> dict[str, float]:
+    """The generator's prompt tokens per question over its reasoning calls: those computed and those the prefix cache
+    served (a row written before the cache's share was recorded counts all as computed)."""
+    calls = [e for row in rows for e in row["trace"] if e["kind"] == "reason"]
+    cached = sum(e.get("cached_tokens", 0) for e in calls)
+    n = max(len(rows), 1)
+    return {"computed_per_question": (sum(e["prompt_tokens"] for e in calls) - cached) / n,
+            "cached_per_question": cached / n}
 
 
 def run_figures(run: RunOutput | None, answered_now: int, earlier: dict[str, Any] | None) -> dict[str, Any]:

@@ -103,6 +103,7 @@ class RequestTimings:
 class Usage:
     prompt_tokens: int
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (not computed) when it was last admitted
 
     @property
     def total_tokens(self) -> int:

@@ -8,8 +8,8 @@ The scheduler is the only owner of a sequence's life cycle (the engine reads res
                ^                     │
                └──── preempt ────────┘        abort / error: WAITING or RUNNING ──finish──> FINISHED
 
-It alone writes `status`, `num_computed`, `finish_reason`, `pool_state` and `timings.first_scheduled`; block tables
-change only through the block manager it calls.
+It alone writes `status`, `num_computed`, `num_cached`, `finish_reason`, `pool_state` and `timings.first_scheduled`;
+block tables change only through the block manager it calls.
 """
 from __future__ import annotations
 
@@ -165,6 +165,7 @@ class Scheduler:
         self._start(seq)
         if seq.kind == "generate":
             self.blocks.hits += seq.num_computed
+            seq.num_cached = min(seq.num_computed, len(seq.prompt_ids))
         else:
             seq.pool_state = PoolState(seq.pooling.pooling)
         out.chunks.append(ScheduledChunk(seq, n))

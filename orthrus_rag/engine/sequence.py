@@ -1,7 +1,7 @@
 """A request's state inside the engine: its tokens, progress, blocks and pooling state. Each field has one writer:
-the scheduler the life cycle (status, num_computed, finish_reason, pool_state, timings.first_scheduled), the block
-manager the block table and hashes, engine/output.py the outputs (output_ids, text and its detokenisation marks,
-first-token and finish times)."""
+the scheduler the life cycle (status, num_computed, num_cached, finish_reason, pool_state, timings.first_scheduled),
+the block manager the block table and hashes, engine/output.py the outputs (output_ids, text and its detokenisation
+marks, first-token and finish times)."""
 from __future__ import annotations
 
 import enum
@@ -26,6 +26,7 @@ class Sequence:
     pooling: PoolingParams | None = None
     output_ids: list[int] = field(default_factory=list)
     num_computed: int = 0  # tokens already run through the model (KV written or pooled)
+    num_cached: int = 0  # prompt tokens the prefix cache served at its last admission
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache digest chain of its full blocks
     status: Status = Status.WAITING

@@ -69,7 +69,7 @@ class Pipeline(ABC):
             out = await self.reasoner.reason_with_usage(prompt, params)
             call.reasoned(out)
         _record(TraceEvent("reason", summary, out.text, call.start, time.perf_counter(), out.prompt_tokens,
-                           out.completion_tokens))
+                           out.completion_tokens, out.cached_tokens))
         return out.text
 
     def settings(self) -> dict[str, object]:

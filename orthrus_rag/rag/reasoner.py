@@ -18,6 +18,7 @@ class Reasoning:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the generator's prefix cache served
 
 
 class Reasoner(ABC):
@@ -48,7 +49,7 @@ class EngineReasoner(Reasoner):
 
     async def reason_with_usage(self, prompt: Prompt, params: SamplingParams) -> Reasoning:
         out = await self.engine.generate(self.render(prompt), params)
-        return Reasoning(out.text, out.usage.prompt_tokens, out.usage.completion_tokens)
+        return Reasoning(out.text, out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.cached_tokens)
 
     def render(self, prompt: Prompt) -> str:
         """The exact text sent to the generator."""

@@ -199,7 +199,8 @@ class RemoteEngine:
                     finish = choice.get("finish_reason") or finish
         timings.finished = time.perf_counter()
         out = GenerateOutput(request_id, "".join(text), [], "stop" if finish == "stop" else "length",
-                             Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)), timings)
+                             Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                                   (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0), timings)
         self._count(self.generator, out.usage)
         if observer is not None:
             observer(StepOutput(request_id, finished=True, result=out))

@@ -37,6 +37,7 @@ class TraceEvent:
     end_s: float
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, those the prefix cache served
 
     @property
     def duration_s(self) -> float:

@@ -16,7 +16,7 @@ from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.engine.tokenize import encode_text
 from orthrus_rag.serving.errors import bad_request
 from orthrus_rag.serving.requests import SamplingRequest
-from orthrus_rag.serving.responses import Usage
+from orthrus_rag.serving.responses import PromptTokensDetails, Usage
 from orthrus_rag.serving.state import ServerState
 
 
@@ -71,7 +71,10 @@ def default_max_tokens(state: ServerState, used: int) -> int:
 
 
 def usage_of(out: GenerateOutput) -> Usage:
-    return Usage.model_validate(out.usage, from_attributes=True)
+    used = out.usage
+    return Usage(prompt_tokens=used.prompt_tokens, completion_tokens=used.completion_tokens,
+                 total_tokens=used.total_tokens,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=used.cached_tokens))
 
 
 async def open_stream(state: ServerState, prompt: str | list[int],

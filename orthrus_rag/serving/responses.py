@@ -10,10 +10,15 @@ from orthrus_rag.engine.step_log import StepRecord
 from orthrus_rag.rag.types import Answer
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # prompt tokens served from the engine's prefix cache, not computed
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int = 0
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class EmbeddingData(BaseModel):

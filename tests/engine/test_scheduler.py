@@ -83,12 +83,14 @@ def test_prefix_hits_are_counted_once_when_the_request_starts(make_engine):
     engine = make_engine(num_kv_blocks=16, block_size=4, max_num_batched_tokens=32)
     prefix = list(range(1000, 1020))  # five full blocks
     engine.add_request("c", prefix, SamplingParams(max_tokens=1, ignore_eos=True))
-    run_all(engine)
+    usage = {out.request_id: out.result.usage for out in engine.step() if out.finished}
     engine.add_request("a", list(range(2000, 2040)), SamplingParams(max_tokens=4, ignore_eos=True))  # holds 11 blocks
     engine.add_request("b", prefix + list(range(3000, 3008)), SamplingParams(max_tokens=2, ignore_eos=True))
     waited = 0
     while engine.has_unfinished():
-        engine.step()
+        usage.update({out.request_id: out.result.usage for out in engine.step() if out.finished})
         waited += "b" in engine.scheduler.waiting["generate"]
     assert waited >= 2  # b's admission failed in several steps before it started
     assert engine.get_stats()["prefix_cache_hit_tokens"] == 20
+    assert {name: (u.prompt_tokens, u.cached_tokens) for name, u in usage.items()} == {
+        "c": (20, 0), "a": (40, 0), "b": (28, 20)}  # each request's own share of the hits

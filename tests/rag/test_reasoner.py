@@ -3,19 +3,14 @@ from dataclasses import dataclass
 import pytest
 
 from orthrus_rag.engine import SamplingParams
+from orthrus_rag.engine.request import Usage
 from orthrus_rag.rag import EngineReasoner
-
-
-@dataclass
-class FakeUsage:
-    prompt_tokens: int
-    completion_tokens: int
 
 
 @dataclass
 class FakeGenerateOutput:
     text: str
-    usage: FakeUsage
+    usage: Usage
 
 
 class ChatTokenizer:
@@ -34,7 +29,7 @@ class FakeEngine:
 
     async def generate(self, prompt, params):
         self.prompts.append((prompt, params))
-        return FakeGenerateOutput(" Paris", FakeUsage(7, 2))
+        return FakeGenerateOutput(" Paris", Usage(7, 2, cached_tokens=4))
 
 
 async def test_text_prompt_goes_through_the_chat_template():
@@ -60,7 +55,7 @@ async def test_without_chat_template_messages_are_joined():
 
 async def test_usage_is_reported():
     out = await EngineReasoner(FakeEngine()).reason_with_usage("Q", SamplingParams())
-    assert (out.text, out.prompt_tokens, out.completion_tokens) == (" Paris", 7, 2)
+    assert (out.text, out.prompt_tokens, out.completion_tokens, out.cached_tokens) == (" Paris", 7, 2, 4)
 
 
 @pytest.mark.parametrize("prompt", [[], [{"content": "no role"}], 42])

@@ -54,3 +54,14 @@ async def test_a_blank_prompt_without_max_tokens_is_refused_as_the_engine_refuse
 
     with pytest.raises(BadRequestError, match="the input is empty; send at least one non-blank character"):
         await client.completions.create(model=server.state.generator_name, prompt="   ")
+
+
+async def test_usage_says_how_much_of_the_prompt_the_prefix_cache_served(client, server):
+    prompt = " ".join(f"river{i}" for i in range(60))  # several full KV blocks no other test sends
+    first, second = [await client.completions.create(model=server.state.generator_name, prompt=prompt,
+                                                     temperature=0, max_tokens=2) for _ in range(2)]
+    block = server.engine.config.block_size
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < second.usage.prompt_tokens and cached % block == 0
+    assert cached == (second.usage.prompt_tokens - 1) // block * block  # every full block but the last token's
