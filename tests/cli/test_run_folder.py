@@ -204,9 +204,33 @@ def test_two_runs_started_at_once_in_one_folder(tiny_models, tmp_path):
     assert codes == [0, 2], [o[1][-800:] for o in outs]
     winner, loser = (0, 1) if procs[0].returncode == 0 else (1, 0)
     err = outs[loser][1]
-    assert f"another process (pid {procs[winner].pid}) is writing to {folder}" in err and "Traceback" not in err
+    # The loser either met the winner's lock or, started late, found the winner's finished answers: both say so.
+    busy = f"another process (pid {procs[winner].pid}) is writing to {folder}"
+    done = f"{folder} already holds 3 answers"
+    assert (busy in err or done in err) and "Traceback" not in err, err
     assert ids(folder) == ["demo-q01", "demo-q02", "demo-q03"]
     assert not list(folder.glob(".*.tmp"))
+
+
+def test_a_run_into_a_folder_another_process_writes_stops_and_writes_nothing(tiny_models, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]);"
+                               "from orthrus_rag.files import folder_lock\n"
+                               "with folder_lock(sys.argv[2], '.orthrus-rag.lock'):\n print('held', flush=True); time.sleep(120)",
+                               str(ROOT), str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        command = [sys.executable, "-m", "orthrus_rag.cli.run", *tiny_models, *SMALL, "dataset.limit=3",
+                   f"hydra.run.dir={folder}", "runtime.num_threads=1"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        holder.kill()
+        holder.wait(30)
+    assert done.returncode == 2, done.stderr[-800:]
+    assert f"another process (pid {holder.pid}) is writing to {folder}" in done.stderr
+    assert "Traceback" not in done.stderr and not (folder / "predictions.jsonl").exists()
 
 
 def test_the_lock_names_its_holder_and_is_gone_with_it(tmp_path):
