@@ -46,3 +46,8 @@ class PagedKVCache:
         """Store rows k, v (n, kv_heads, head_dim) at the given slots (cast to the cache's dtype)."""
         self.k[layer].index_copy_(0, slots, k.reshape(k.shape[0], self.k[layer].shape[1]).to(self.dtype))
         self.v[layer].index_copy_(0, slots, v.reshape(v.shape[0], self.v[layer].shape[1]).to(self.dtype))
+
+    def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the K and V rows (n, kv_heads, head_dim) at the given slots."""
+        shape = (len(slots), self.num_kv_heads, self.head_dim)
+        return self.k[layer][slots].view(shape), self.v[layer][slots].view(shape)

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from orthrus_rag.engine import kv_cache
+from orthrus_rag.engine.attention import BACKENDS, Geometry
 from orthrus_rag.engine.kv_cache import CPU_KV_BLOCKS, bytes_per_block, pool_size
 from tests.engine.conftest import run_all
 
@@ -46,3 +47,18 @@ def test_step_times_are_read_after_the_device_is_synchronised(make_engine, monke
     engine.step()
     assert calls == ["sync", "sync"]  # after the embedder's share (none here) and after the generator's forward
     run_all(engine)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_every_cache_gives_back_the_rows_written_to_it(name):
+    backend_class = BACKENDS[name]
+    geometry = Geometry(torch.device("cpu"), torch.float32, 16, 4, 2, 32)
+    if backend_class.unsupported(geometry):
+        pytest.skip(backend_class.unsupported(geometry))
+    cache = backend_class(geometry).make_cache(2, 8 * 16)
+    slots = torch.tensor([3, 17, 18, 40, 127])
+    k, v = torch.randn(5, 2, 32), torch.randn(5, 2, 32)
+    cache.write(1, slots, k, v)
+    k_read, v_read = cache.read(1, slots)
+    torch.testing.assert_close(k_read, k)
+    torch.testing.assert_close(v_read, v)

@@ -115,6 +115,18 @@ class BlockedKVCache:
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         write(self.k[layer], self.v[layer], slots, k, v, self.variant)
 
+    def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the K and V rows (n, kv_heads, head_dim) at the given slots. The vector kernels keep V as
+        written and each head's K of a block transposed, (head_dim, block_size); the AMX variant packs K in tiles."""
+        if not self.variant.startswith("vec"):
+            raise NotImplementedError(f"reading rows back from the {self.variant!r} kernel layout")
+        k = self.k[layer]
+        blocks, heads, block_size, dim = k.shape
+        k_by_dim = torch.as_strided(k, (blocks, heads, dim, block_size), (k.stride(0), k.stride(1), block_size, 1),
+                                    k.storage_offset())
+        rows, offsets = slots // block_size, slots % block_size
+        return k_by_dim[rows, :, :, offsets], self.v[layer][rows, :, offsets]
+
 
 @dataclass
 class VllmStep(KernelStep):
