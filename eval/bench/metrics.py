@@ -21,6 +21,8 @@ class Call:
     ttft_s: float | None = None
     tpot_s: float | None = None
     completion_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, those the prefix cache served (0 where the backend does not say)
 
 
 def percentile(values: list[float], q: float) -> float | None:

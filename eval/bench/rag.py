@@ -71,9 +71,10 @@ class LoggedBackend:
         sent = time.perf_counter()
         out = await self.backend.generate(prompt, params)
         done, first = time.perf_counter(), getattr(out.timings, "first_token", None)
-        n = out.usage.completion_tokens
+        usage, n = out.usage, out.usage.completion_tokens
         self.calls.append(Call("generate", sent, done, first - sent if first is not None else None,
-                               (done - first) / (n - 1) if first is not None and n > 1 else None, n))
+                               (done - first) / (n - 1) if first is not None and n > 1 else None, n,
+                               usage.prompt_tokens, getattr(usage, "cached_tokens", 0)))
         return out
 
     def stats(self) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..experiment.metrics import aggregate, score_answers
+from ..experiment.metrics import aggregate, prompt_tokens, score_answers
 from ..load.arrivals import Load
 from .metrics import BASELINES, Call, latency_stats, percentile, ratio
 
@@ -80,6 +80,12 @@ def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
             for (t0, a), (t1, b) in zip(samples, samples[1:])]
 
 
+def reasoning_calls(calls: list[Call]) -> list[dict[str, Any]]:
+    """The generate calls as prompt_tokens counts them."""
+    return [{"kind": "reason", "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens}
+            for c in calls if c.kind == "generate"]
+
+
 def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]:
     latencies = [a.queue_s + a.latency_s for a in run.answers]
     n = len(run.answers)
@@ -87,6 +93,7 @@ def summarize_run(run: RunData, questions: list, slo_s: float) -> dict[str, Any]
             "qps": n / run.wall_s if run.wall_s > 0 else 0.0, **latency_stats(latencies),
             "goodput": goodput(latencies, run.wall_s, slo_s), **aggregate(score_answers(questions, run.answers)),
             "calls": call_stats(run.calls), "time_share": time_share(run.engine, run.wall_s),
+            "prompt_tokens": prompt_tokens(reasoning_calls(run.calls), n),
             "engine": run.engine, "latencies_s": latencies, "timeline": timeline(run.samples),
             "predictions": [a.prediction for a in run.answers]}
 

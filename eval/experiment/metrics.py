@@ -138,6 +138,17 @@ def mean_of(values: Sequence[float | None]) -> float:
     return sum(present) / len(present) if present else 0.0
 
 
+def prompt_tokens(calls: Iterable[Mapping[str, Any]], questions: int) -> dict[str, float]:
+    """The generator's prompt tokens per question over the reasoning calls (`kind` "reason") made for `questions`
+    questions: those computed and those the prefix cache served (a call recorded without the cache's share counts
+    all as computed)."""
+    calls = [e for e in calls if e["kind"] == "reason"]
+    cached = sum(e.get("cached_tokens", 0) for e in calls)
+    n = max(questions, 1)
+    return {"computed_per_question": (sum(e["prompt_tokens"] for e in calls) - cached) / n,
+            "cached_per_question": cached / n}
+
+
 # ---- uncertainty and breakdowns -----------------------------------------------------------------------------
 def bootstrap_ci(scores: Sequence[QuestionScores], *, resamples: int = BOOTSTRAP_RESAMPLES,
                  seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL) -> dict[str, list[float]]:

@@ -23,7 +23,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from orthrus_rag.eval.experiment.datasets import DatasetSpec, read_questions
-from orthrus_rag.eval.experiment.metrics import MetricSettings, QuestionScores, aggregate, extra_results, score_answers
+from orthrus_rag.eval.experiment.metrics import (MetricSettings, QuestionScores, aggregate, extra_results,
+                                                prompt_tokens, score_answers)
 from orthrus_rag.eval.experiment.predictions import PredictionLog
 from orthrus_rag.cli.answering import RunOutput, execute
 from orthrus_rag.cli.run_folder import RESULTS_FILE, SETTINGS_FILE, Earlier, earlier_runs, locked
@@ -100,7 +101,8 @@ def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: lis
     results = {"pipeline": cfg.pipeline.name, "dataset": cfg.dataset.name, "split": cfg.dataset.split,
                "n": len(questions), "failed": sum(row["error"] is not None for row in rows),
                "metrics": aggregate(scores),
-               "latency": latency_stats([row["latency_s"] for row in rows]), "prompt_tokens": prompt_tokens(rows),
+               "latency": latency_stats([row["latency_s"] for row in rows]),
+               "prompt_tokens": prompt_tokens([e for row in rows for e in row["trace"]], len(rows)),
                **run_figures(run, len(answered_now), earlier), "config": OmegaConf.to_container(cfg, resolve=True)}
     if run is None and earlier is not None:  # nothing answered now: the figures, and what they cover, as measured
         results.update({k: earlier[k] for k in ("resumed",) if k in earlier})
@@ -109,16 +111,6 @@ def build_results(cfg: DictConfig, spec: DatasetSpec, questions: list, rows: lis
                               "latency_now": latency_stats([r["latency_s"] for r in rows if r["id"] in answered_now])}
     results.update(extra_results(spec, questions, scores, metrics))
     return results
-
-
-def prompt_tokens(rows: list[dict]) -> dict[str, float]:
-    """The generator's prompt tokens per question over its reasoning calls: those computed and those the prefix cache
-    served (a row written before the cache's share was recorded counts all as computed)."""
-    calls = [e for row in rows for e in row["trace"] if e["kind"] == "reason"]
-    cached = sum(e.get("cached_tokens", 0) for e in calls)
-    n = max(len(rows), 1)
-    return {"computed_per_question": (sum(e["prompt_tokens"] for e in calls) - cached) / n,
-            "cached_per_question": cached / n}
 
 
 def run_figures(run: RunOutput | None, answered_now: int, earlier: dict[str, Any] | None) -> dict[str, Any]:

@@ -128,19 +128,6 @@ def test_a_failing_question_is_recorded_and_counted(tmp_path):
     assert [row["error"] for row in log.read().rows.values()] == [None, "RuntimeError: boom"]
 
 
-def test_prompt_tokens_per_question_by_hand():
-    from orthrus_rag.cli.run import prompt_tokens
-
-    def call(kind, prompt, cached=None):
-        return {"kind": kind, "prompt_tokens": prompt, **({} if cached is None else {"cached_tokens": cached})}
-
-    rows = [{"trace": [call("retrieve", 9, 0), call("reason", 100, 64), call("reason", 120, 96)]},
-            {"trace": [call("reason", 50)]}]  # a row from before the cache's share was recorded
-    # computed: (100 - 64) + (120 - 96) + 50 = 110 over 2 questions; cached: 160 over 2; retrieval is not counted
-    assert prompt_tokens(rows) == {"computed_per_question": 55.0, "cached_per_question": 80.0}
-    assert prompt_tokens([]) == {"computed_per_question": 0.0, "cached_per_question": 0.0}
-
-
 def test_missing_dataset_path_exits_with_a_clear_message(tmp_path):
     missing = tmp_path / "nowhere" / "questions.jsonl"
     proc = subprocess.run([sys.executable, "-m", "orthrus_rag.cli.run", "dataset=2wiki", f"dataset.path={missing}",

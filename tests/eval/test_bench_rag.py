@@ -53,6 +53,8 @@ def test_rag_bench_end_to_end(setup, tmp_path):
             assert r["calls"]["generate"]["ttft_p50_s"] > 0
             assert 0 <= r["time_share"]["idle"] <= 1 and r["time_share"]["steps"] > 0
             assert sum(r["engine"]["tokens"].values()) > 0 and r["timeline"]
+            if r["engine"]["preemptions"] == 0:  # every prompt token the engine ran, and no other, is counted
+                assert r["prompt_tokens"]["computed_per_question"] * 3 == r["engine"]["tokens"]["prefill"]
         assert alternating["engine"]["mixed_steps"] == 0
         assert hetero["predictions"] == alternating["predictions"]  # greedy, fp32: same answers
         assert hetero["acc"] == alternating["acc"]

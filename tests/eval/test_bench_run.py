@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from orthrus_rag.eval.bench.runner import DEFAULT_MODES, MODES, Phase, Workload, format_table, run_bench
+from orthrus_rag.eval.bench.runner import DEFAULT_MODES, Phase, Workload, format_table, run_bench
 from orthrus_rag.engine import EngineConfig, PoolingParams
 
 MODE_KEYS = {"rps", "embed_rps", "gen_rps", "p50_s", "p99_s", "mean_s", "requests", "wall_s", "engine", "mode"}

@@ -255,3 +255,16 @@ def test_import_does_not_load_torch():
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, "import orthrus_rag.eval.experiment.metrics imported torch"
+
+
+def test_prompt_tokens_per_question_by_hand():
+    from orthrus_rag.eval.experiment.metrics import prompt_tokens
+
+    def call(kind, prompt, cached=None):
+        return {"kind": kind, "prompt_tokens": prompt, **({} if cached is None else {"cached_tokens": cached})}
+
+    calls = [call("retrieve", 9, 0), call("reason", 100, 64), call("reason", 120, 96),
+             call("reason", 50)]  # the last recorded before the cache's share was
+    # computed: (100 - 64) + (120 - 96) + 50 = 110 over 2 questions; cached: 160 over 2; retrieval is not counted
+    assert prompt_tokens(calls, 2) == {"computed_per_question": 55.0, "cached_per_question": 80.0}
+    assert prompt_tokens([], 0) == {"computed_per_question": 0.0, "cached_per_question": 0.0}
