@@ -25,8 +25,19 @@ class ScheduledChunk:
 
 
 @dataclass
+class Install:
+    """A stored passage copied into `seq`'s tokens [start, end) before the step's forward pass."""
+
+    seq: Sequence
+    start: int
+    end: int
+    key: bytes
+
+
+@dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)  # generation first, backbone embeddings last
+    installs: list[Install] = field(default_factory=list)  # stored passages placed this step (full_reuse)
     embedder_seqs: list[Sequence] = field(default_factory=list)  # co-located embedder, whole inputs
     preempted: list[Sequence] = field(default_factory=list)
 

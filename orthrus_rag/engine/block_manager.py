@@ -61,11 +61,13 @@ class BlockManager:
         return len(seq.block_table) * self.block_size
 
     def commit(self, seq: Sequence) -> None:
-        """Name the sequence's newly completed full blocks so later sequences can share them."""
+        """Name the sequence's newly completed full blocks so later sequences can share them; blocks from its first
+        reused passage on hold KV no exact prefill gives, and stay unnamed."""
         if not self.enable_prefix_caching:
             return
         tokens = seq.token_ids
-        while (len(seq.block_hashes) + 1) * self.block_size <= seq.num_computed:
+        exact = seq.num_computed if seq.reused_from is None else min(seq.num_computed, seq.reused_from)
+        while (len(seq.block_hashes) + 1) * self.block_size <= exact:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             h = block_digest(parent, tokens[i * self.block_size:(i + 1) * self.block_size])

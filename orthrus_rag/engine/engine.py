@@ -17,7 +17,9 @@ from orthrus_rag.engine.embedder_runner import EmbedderRunner
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.engine.model_runner import ModelRunner
 from orthrus_rag.engine.output import StepOutput, append_token, embed_output, generate_output, take_delta
+from orthrus_rag.engine.passage_store import PassageStore, spans_of
 from orthrus_rag.engine.policy import make_policy
+from orthrus_rag.engine.rope import KeyRotation
 from orthrus_rag.engine.protocol import Prompt
 from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
 from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
@@ -69,7 +71,10 @@ class LLMEngine:
         self.embedder = EmbedderRunner(config.embedder, self.runner.dtype, self.runner.device, config.load_format) \
             if config.embedder else None
         self.blocks = BlockManager(self.runner.num_kv_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.blocks, policy)
+        self.store = self._passage_store(config)
+        self.scheduler = Scheduler(config, self.blocks, policy, self.store)
+        self.storing: dict[bytes, str] = {}  # passage key -> the internal request computing it
+        self.internal: set[str] = set()  # ids of the requests the engine queued itself
         self.requests: dict[str, Sequence] = {}
         self.generators: dict[str, torch.Generator | None] = {}
         self.eos_ids = _eos_ids(self.runner.model, self.tokenizer)
@@ -98,6 +103,9 @@ class LLMEngine:
             ids = ids[:params.truncate]
         if on_backbone:
             self._check_length(ids, params)
+        if kind == "generate" and params.passage_spans and params.passage_spans[-1][1] >= len(ids):
+            raise InvalidRequestError(f"passage_spans must end before the prompt's last token ({len(ids)} tokens); "
+                                      f"the last ends at {params.passage_spans[-1][1]}", "passage_spans")
         return PreparedRequest(kind, ids, params)
 
     def add_prepared(self, request_id: str, request: PreparedRequest) -> None:
@@ -108,9 +116,34 @@ class LLMEngine:
         seq = Sequence(request_id, request.kind, request.ids, RequestTimings(time.perf_counter()),
                        next(self._arrivals), sampling=request.params if generate else None,
                        pooling=None if generate else request.params)
+        if generate and self.store is not None and request.params.passage_spans:
+            seq.passages = spans_of(request.ids, request.params.passage_spans)
+            seq.waits_for = self._store_passages(seq)
         self.scheduler.add(seq)
         self.requests[request_id] = seq
         self.generators[request_id] = make_generator(request.params) if generate else None
+
+    def _store_passages(self, seq: Sequence) -> set[str]:
+        """Queue, for each passage of `seq` after its first that is neither stored nor being stored, a request that
+        computes it after the preamble (the first such one first, so the rest find the preamble cached); returns
+        the requests `seq` waits for."""
+        preamble = seq.prompt_ids[:seq.passages[0][0]]
+        waits, first = set(), None
+        for start, end, key in seq.passages[1:]:
+            if key not in self.store and key not in self.storing:
+                rid = next(r for r in (f"passage-{i}" for i in itertools.count()) if r not in self.requests)
+                store = Sequence(rid, "generate", preamble + seq.prompt_ids[start:end],
+                                 RequestTimings(time.perf_counter()), next(self._arrivals),
+                                 sampling=SamplingParams(max_tokens=1),
+                                 passages=[(len(preamble), len(preamble) + end - start, key)],
+                                 waits_for={first} if first else set())
+                self.scheduler.add(store)
+                self.requests[rid], self.generators[rid], self.storing[key] = store, None, rid
+                self.internal.add(rid)
+                first = first or rid
+            if key in self.storing:
+                waits.add(self.storing[key])
+        return waits
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks and pooling state. False when it is unknown or already done."""
@@ -131,21 +164,56 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
+        return [out for out in self._step(sched, started, early) if not self._internal(out)]
+
+    def _step(self, sched: SchedulerOutput, started: float, early) -> list[StepOutput]:
         outputs, emb_s = self._embedder_outputs(sched)
         if early is not None:
             for out in outputs:
                 early(out)
             outputs = []
         try:
+            self._install(sched)
             model_out, gen_s = self._run_generator(sched)
         except Exception as err:  # a failing forward fails the rows of this step only
             return outputs + [self._fail(c.seq, err) for c in sched.chunks]
         self.scheduler.advance(sched, gen_s, emb_s)
+        self._capture(sched)
         counts = self.stats.record_step(sched, gen_s, emb_s)
         outputs += [o for c in sched.chunks if (o := self._contained(c.seq, self._chunk_output, c, model_out))]
         if self.step_log.size:
             self.step_log.append(self._step_record(sched, counts, time.perf_counter() - started, gen_s, emb_s))
         return outputs
+
+    def _install(self, sched: SchedulerOutput) -> None:
+        """Copy the stored passages the scheduler placed into their sequences' slots."""
+        for placed in sched.installs:
+            slots = self._slots(placed.seq, placed.start, placed.end)
+            self.store.install(self.runner.cache, slots, placed.key, placed.start)
+
+    def _capture(self, sched: SchedulerOutput) -> None:
+        """Store each first passage computed exactly in this step (it follows the preamble directly)."""
+        for chunk in sched.chunks if self.store is not None else []:
+            seq = chunk.seq
+            if not seq.passages or seq.reused_from is not None:
+                continue
+            start, end, key = seq.passages[0]
+            if chunk.start < end <= seq.num_computed and key not in self.store:
+                self.store.capture(self.runner.cache, self._slots(seq, start, end), key, start)
+
+    def _slots(self, seq: Sequence, start: int, end: int) -> torch.Tensor:
+        size, table = self.config.block_size, seq.block_table
+        slots = [table[p // size] * size + p % size for p in range(start, end)]
+        return torch.tensor(slots, dtype=torch.long, device=self.runner.device)
+
+    def _internal(self, out: StepOutput) -> bool:
+        """Whether `out` belongs to a request the engine queued to store a passage (never shown to callers)."""
+        if out.request_id not in self.internal:
+            return False
+        if out.finished:
+            self.internal.discard(out.request_id)
+            self.storing = {k: r for k, r in self.storing.items() if r != out.request_id}
+        return True
 
     def _step_record(self, sched: SchedulerOutput, counts: dict[str, int], step_s: float, gen_s: float,
                      emb_s: float) -> StepRecord:
@@ -215,6 +283,20 @@ class LLMEngine:
         self.requests.pop(seq.request_id, None)
         self.generators.pop(seq.request_id, None)
 
+    def _passage_store(self, config: EngineConfig) -> PassageStore | None:
+        """The passage KV store for `passage_reuse=full_reuse`, or None; an error naming the setting where this model
+        or cache cannot move KV."""
+        if config.passage_reuse == "off":
+            return None
+        try:
+            rotation = KeyRotation(self.runner.model)
+            self.runner.cache.read(0, torch.zeros(1, dtype=torch.long, device=self.runner.device))
+        except (ValueError, NotImplementedError) as err:
+            raise InvalidRequestError(f"runtime.passage_reuse=full_reuse cannot run here: {err} (attention backend "
+                                      f"{self.runner.attention.name}); set runtime.passage_reuse=off",
+                                      "passage_reuse") from None
+        return PassageStore(config.passage_store_tokens, rotation)
+
     # ---- validation -----------------------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt, on_backbone: bool) -> list[int]:
         if isinstance(prompt, str):
@@ -248,6 +330,7 @@ class LLMEngine:
             "embedder_s": round(stats.embedder_s, 4),
             "preemptions": stats.preemptions,
             "prefix_cache_hit_tokens": blocks.hits,
+            "passage_store": self.store.stats() if self.store is not None else None,
             "waiting": {k: len(q) for k, q in self.scheduler.waiting.items()},
             "running": len(self.scheduler.running),
             "kv_blocks_total": blocks.num_blocks,

@@ -27,7 +27,8 @@ def generate_output(seq: Sequence) -> GenerateOutput:
     """The finished generation's result (call after the scheduler has recorded its finish reason)."""
     seq.timings.finished = time.perf_counter()
     return GenerateOutput(seq.request_id, seq.text, list(seq.output_ids), seq.finish_reason,
-                          Usage(len(seq.prompt_ids), len(seq.output_ids), seq.num_cached), seq.timings)
+                          Usage(len(seq.prompt_ids), len(seq.output_ids), seq.num_cached,
+                                seq.num_reused), seq.timings)
 
 
 def embed_output(seq: Sequence, vector: torch.Tensor) -> EmbedOutput:

@@ -28,6 +28,9 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    # [start, end) token spans of the prompt that are passages, in order; with runtime.passage_reuse=full_reuse their
+    # KV is computed once and reused (engine/passage_store.py); otherwise they change nothing
+    passage_spans: list[list[int]] = field(default_factory=list)
 
     @property
     def greedy(self) -> bool:
@@ -54,6 +57,9 @@ class SamplingParams:
             raise InvalidRequestError("stop_token_ids must be a list of integers >= 0", "stop_token_ids")
         if not isinstance(self.ignore_eos, bool):
             raise InvalidRequestError(f"ignore_eos must be true or false, got {self.ignore_eos!r}", "ignore_eos")
+        if not _spans(self.passage_spans):
+            raise InvalidRequestError("passage_spans must be a list of [start, end] token positions with "
+                                      "0 <= start < end, each span after the one before", "passage_spans")
 
 
 @dataclass
@@ -104,6 +110,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (not computed) when it was last admitted
+    reused_tokens: int = 0  # prompt tokens copied from the passage store (not computed), runtime.passage_reuse
 
     @property
     def total_tokens(self) -> int:
@@ -130,6 +137,18 @@ class EmbedOutput:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _spans(spans: object) -> bool:
+    if not isinstance(spans, (list, tuple)):
+        return False
+    end = 0
+    for span in spans:
+        if not isinstance(span, (list, tuple)) or len(span) != 2 or not all(_integer(x) for x in span) \
+                or not end <= span[0] < span[1]:
+            return False
+        end = span[1]
+    return True
 
 
 def _integer(x: object) -> bool:

@@ -18,10 +18,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from orthrus_rag.engine.batch import ScheduledChunk, SchedulerOutput
+from orthrus_rag.engine.batch import Install, ScheduledChunk, SchedulerOutput
 from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.errors import QueueFullError
+from orthrus_rag.engine.passage_store import PassageStore
 from orthrus_rag.engine.policy import KINDS, Policy, QueueView
 from orthrus_rag.engine.pooler import PoolState
 from orthrus_rag.engine.request import FinishReason
@@ -39,8 +40,8 @@ class Budget:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, blocks: BlockManager, policy: Policy):
-        self.config, self.blocks, self.policy = config, blocks, policy
+    def __init__(self, config: EngineConfig, blocks: BlockManager, policy: Policy, store: PassageStore | None = None):
+        self.config, self.blocks, self.policy, self.store = config, blocks, policy, store
         self.waiting: dict[Kind, OrderedDict[str, Sequence]] = {k: OrderedDict() for k in KINDS}
         self.running: dict[str, Sequence] = {}  # admitted backbone sequences, in admission order
 
@@ -95,6 +96,9 @@ class Scheduler:
         if seq.request_id not in self.running or not 0 < n <= budget.tokens or budget.seqs <= 0 \
                 or not self.policy.allows(seq.kind):
             return
+        if seq.passages and self.store is not None:
+            self._install_reached(seq, out)
+            n = self._up_to_stored(seq, min(n, seq.num_remaining))
         if seq.block_table and not self._allocate(seq, n, out, budget):
             return
         out.chunks.append(ScheduledChunk(seq, n))
@@ -118,14 +122,16 @@ class Scheduler:
             budget.tokens += placed.num_tokens
             budget.seqs += 1
         del self.running[seq.request_id]
-        self._reset(seq)
+        self._reset(seq, out)
         self.waiting[seq.kind][seq.request_id] = seq
         self.waiting[seq.kind].move_to_end(seq.request_id, last=False)
         out.preempted.append(seq)
 
-    def _reset(self, seq: Sequence) -> None:
+    def _reset(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.blocks.free_sequence(seq)
         seq.num_computed, seq.pool_state, seq.status = 0, None, Status.WAITING
+        seq.reused_from, seq.num_reused = None, 0
+        out.installs = [i for i in out.installs if i.seq is not seq]
 
     def _admit(self, out: SchedulerOutput, budget: Budget, view: QueueView) -> None:
         evicted = {s.request_id for s in out.preempted}
@@ -155,22 +161,49 @@ class Scheduler:
             out.embedder_seqs.append(seq)
             budget.take(cost)
             return cost
+        if seq.waits_for and not self._stored_first(seq):
+            return None
+        hits = 0
         if seq.kind == "generate":
-            seq.num_computed = self.blocks.acquire_prefix(seq)
-        n = int(min(seq.num_remaining, room))
+            seq.num_computed = hits = self.blocks.acquire_prefix(seq)
+        if seq.passages and self.store is not None:
+            self._install_reached(seq, out)
+        n = self._up_to_stored(seq, int(min(seq.num_remaining, room)))
         needs_kv = seq.kind == "generate" or n < seq.num_remaining
         if n <= 0 or (needs_kv and not self.blocks.allocate(seq, n)):
-            self._reset(seq)
+            self._reset(seq, out)
             return None
         self._start(seq)
         if seq.kind == "generate":
-            self.blocks.hits += seq.num_computed
-            seq.num_cached = min(seq.num_computed, len(seq.prompt_ids))
+            self.blocks.hits += hits
+            seq.num_cached = min(hits, len(seq.prompt_ids))
         else:
             seq.pool_state = PoolState(seq.pooling.pooling)
         out.chunks.append(ScheduledChunk(seq, n))
         budget.take(n)
         return n
+
+    def _stored_first(self, seq: Sequence) -> bool:
+        """Whether the requests storing `seq`'s passages have all finished (it then starts and installs them)."""
+        seq.waits_for = {r for r in seq.waits_for if r in self.running or r in self.waiting["generate"]}
+        return not seq.waits_for
+
+    def _install_reached(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Place the stored passages that start where `seq` has computed to: their KV is copied in, not computed."""
+        for start, end, key in seq.passages:
+            if start != seq.num_computed or key not in self.store or not self.blocks.allocate(seq, end - start):
+                continue
+            out.installs.append(Install(seq, start, end, key))
+            seq.reused_from = start if seq.reused_from is None else seq.reused_from
+            seq.num_reused += end - start
+            seq.num_computed = end
+
+    def _up_to_stored(self, seq: Sequence, n: int) -> int:
+        """`n`, cut where the next stored passage of `seq` starts (the next step installs it)."""
+        if not seq.passages or self.store is None:
+            return n
+        starts = [s for s, _, key in seq.passages if s > seq.num_computed and key in self.store]
+        return min([n, *(s - seq.num_computed for s in starts)])
 
     def _start(self, seq: Sequence) -> None:
         del self.waiting[seq.kind][seq.request_id]

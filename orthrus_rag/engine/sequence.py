@@ -1,13 +1,15 @@
 """A request's state inside the engine: its tokens, progress, blocks and pooling state. Each field has one writer:
-the scheduler the life cycle (status, num_computed, num_cached, finish_reason, pool_state, timings.first_scheduled),
-the block manager the block table and hashes, engine/output.py the outputs (output_ids, text and its detokenisation
-marks, first-token and finish times)."""
+the scheduler the life cycle (status, num_computed, num_cached, num_reused, reused_from, finish_reason, pool_state,
+timings.first_scheduled), the block manager the block table and hashes, the engine `passages` and `waits_for` when
+it queues the request, engine/output.py the outputs (output_ids, text and its detokenisation marks, first-token and
+finish times)."""
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orthrus_rag.engine.passage_store import Span
 from orthrus_rag.engine.pooler import PoolState
 from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
 
@@ -27,6 +29,10 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     num_computed: int = 0  # tokens already run through the model (KV written or pooled)
     num_cached: int = 0  # prompt tokens the prefix cache served at its last admission
+    passages: list[Span] = field(default_factory=list)  # passage spans of the prompt (engine/passage_store.py)
+    reused_from: int | None = None  # start of the first passage installed from the store: no exact KV from here
+    num_reused: int = 0  # prompt tokens installed from the passage store at its last admission
+    waits_for: set[str] = field(default_factory=set)  # requests storing its passages: it starts after them
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache digest chain of its full blocks
     status: Status = Status.WAITING

@@ -1,0 +1,86 @@
+"""The passage KV store (`runtime.passage_reuse=full_reuse`): the KV of a passage computed once after a preamble,
+kept under the digest of both, and copied into any later prompt that shows the same passage after the same preamble,
+its keys turned to the new position (engine/rope.py).
+
+A request names its passages as token spans of its prompt (`SamplingParams.passage_spans`); its preamble is
+everything before the first span. The first span of any request follows the preamble directly, so its KV, computed
+exactly, is what the store keeps (the engine queues a short request, preamble + passage, for each later span not
+stored). An installed passage attends to the preamble and itself only, not to the passages before it: answers may
+change, which is why reuse is off by default (docs/engine.md, "Passage KV reuse"). Blocks from the first installed
+span on never enter the prefix cache's chain of exact prefixes.
+"""
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from orthrus_rag.engine.rope import KeyRotation
+
+Span = tuple[int, int, bytes]  # [start, end) of a passage in the prompt's tokens, and its store key
+
+
+@dataclass
+class StoredPassage:
+    k: list[torch.Tensor]  # per layer (tokens, kv_heads, head_dim), as written at `position`
+    v: list[torch.Tensor]
+    position: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.k[0].shape[0]
+
+
+def passage_key(preamble: list[int], passage: list[int]) -> bytes:
+    """The store's name for `passage` computed after `preamble`."""
+    head = hashlib.sha256(array("q", preamble).tobytes()).digest()
+    return hashlib.sha256(head + array("q", passage).tobytes()).digest()
+
+
+def spans_of(prompt_ids: list[int], spans: list[list[int]]) -> list[Span]:
+    """The request's passage spans with their keys (spans already checked: increasing, inside the prompt)."""
+    if not spans:
+        return []
+    preamble = prompt_ids[:spans[0][0]]
+    return [(s, e, passage_key(preamble, prompt_ids[s:e])) for s, e in spans]
+
+
+class PassageStore:
+    """Stored passages under their keys, least recently used dropped first past `capacity` tokens."""
+
+    def __init__(self, capacity: int, rotation: KeyRotation):
+        self.capacity, self.rotation = capacity, rotation
+        self.passages: OrderedDict[bytes, StoredPassage] = OrderedDict()
+        self.tokens = 0
+        self.counts = {"stored_tokens": 0, "installed_tokens": 0, "evicted_tokens": 0}
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self.passages
+
+    def capture(self, cache, slots: torch.Tensor, key: bytes, position: int) -> None:
+        """Keep the KV at `slots` (a passage written at `position`) under `key`."""
+        rows = [cache.read(layer, slots) for layer in range(len(cache.k))]
+        passage = StoredPassage([k.clone() for k, _ in rows], [v.clone() for _, v in rows], position)
+        if key in self.passages or passage.num_tokens > self.capacity:
+            return
+        self.passages[key] = passage
+        self.tokens += passage.num_tokens
+        self.counts["stored_tokens"] += passage.num_tokens
+        while self.tokens > self.capacity:
+            _, dropped = self.passages.popitem(last=False)
+            self.tokens -= dropped.num_tokens
+            self.counts["evicted_tokens"] += dropped.num_tokens
+
+    def install(self, cache, slots: torch.Tensor, key: bytes, position: int) -> None:
+        """Write the stored passage `key` at `slots`, its keys turned from where it was computed to `position`."""
+        passage = self.passages[key]
+        self.passages.move_to_end(key)
+        for layer, (k, v) in enumerate(zip(passage.k, passage.v)):
+            cache.write(layer, slots, self.rotation(k, position - passage.position), v)
+        self.counts["installed_tokens"] += passage.num_tokens
+
+    def stats(self) -> dict[str, int]:
+        return {"passages": len(self.passages), "tokens": self.tokens, **self.counts}

@@ -1,0 +1,97 @@
+"""The passage KV store (runtime.passage_reuse=full_reuse): off changes nothing; a passage stored after the preamble
+and placed where it was computed gives the exact prefill's tokens; a moved passage is computed once after the
+preamble, stored equal to transformers' prefill of preamble + passage, and copied in; reused KV never enters the
+prefix cache's chain of exact prefixes; bad spans are refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from orthrus_rag.engine import EngineConfig, SamplingParams
+from orthrus_rag.engine.errors import InvalidRequestError
+from orthrus_rag.engine.passage_store import passage_key
+from tests.engine.conftest import hf_greedy, run_all, tiny_config
+
+PRE, P1, P2, TAIL = list(range(100, 141)), list(range(200, 233)), list(range(300, 327)), list(range(400, 411))
+
+
+def spans(*parts: list[int]) -> list[list[int]]:
+    """[start, end) of each part after the preamble, in a prompt of PRE + parts (the last part is not a passage)."""
+    out, at = [], len(PRE)
+    for part in parts[:-1]:
+        out.append([at, at + len(part)])
+        at += len(part)
+    return out
+
+
+def generate(engine, prompts: dict[str, tuple[list[int], list[list[int]]]], max_tokens: int = 6) -> dict:
+    for rid, (ids, passage_spans) in prompts.items():
+        engine.add_request(rid, ids, SamplingParams(max_tokens=max_tokens, passage_spans=passage_spans))
+    return run_all(engine)
+
+
+def test_off_changes_nothing(make_engine, hf_tiny):
+    engine = make_engine()
+    ids = PRE + P1 + P2 + TAIL
+    out = generate(engine, {"a": (ids, spans(P1, P2, TAIL))})["a"]
+    assert out.token_ids == hf_greedy(hf_tiny, ids, 6) and out.usage.reused_tokens == 0
+    assert engine.get_stats()["passage_store"] is None
+
+
+def test_a_passage_placed_where_it_was_computed_gives_the_exact_tokens(make_engine, hf_tiny):
+    engine = make_engine(passage_reuse="full_reuse", enable_prefix_caching=False)
+    first = generate(engine, {"a": (PRE + P1 + TAIL, spans(P1, TAIL))})["a"]
+    again = PRE + P1 + TAIL[::-1]
+    second = generate(engine, {"b": (again, spans(P1, TAIL))})["b"]
+    assert first.usage.reused_tokens == 0 and second.usage.reused_tokens == len(P1)
+    assert second.token_ids == hf_greedy(hf_tiny, again, 6)
+    assert engine.get_stats()["passage_store"]["installed_tokens"] == len(P1)
+
+
+def test_a_moved_passage_is_stored_after_the_preamble_and_copied_in(make_engine, hf_tiny):
+    engine = make_engine(passage_reuse="full_reuse")
+    ids = PRE + P1 + P2 + TAIL
+    results = generate(engine, {"a": (ids, spans(P1, P2, TAIL))})
+    assert list(results) == ["a"]  # the request that stored P2 is the engine's own: callers never see it
+    assert results["a"].usage.reused_tokens == len(P2)
+    stats = engine.get_stats()["passage_store"]
+    assert stats["passages"] == 2 and stats["stored_tokens"] == len(P1) + len(P2)
+    stored = engine.store.passages[passage_key(PRE, P2)]
+    assert stored.position == len(PRE)
+    cache = DynamicCache(config=hf_tiny.config)
+    with torch.no_grad():
+        hf_tiny(input_ids=torch.tensor([PRE + P2]), past_key_values=cache, use_cache=True)
+    for layer, hf_layer in enumerate(cache.layers):
+        torch.testing.assert_close(stored.k[layer], hf_layer.keys[0, :, len(PRE):].transpose(0, 1),
+                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(stored.v[layer], hf_layer.values[0, :, len(PRE):].transpose(0, 1),
+                                   atol=1e-5, rtol=1e-5)
+    # the same prompt again: its prefix cache hit stops before the first reused passage
+    again = generate(engine, {"b": (ids, spans(P1, P2, TAIL))})["b"]
+    assert again.usage.cached_tokens <= len(PRE) + len(P1) and again.usage.reused_tokens == len(P2)
+    assert again.token_ids == results["a"].token_ids
+
+
+def test_later_requests_find_the_passages_stored(make_engine):
+    engine = make_engine(passage_reuse="full_reuse")
+    generate(engine, {"a": (PRE + P1 + P2 + TAIL, spans(P1, P2, TAIL))})
+    other = PRE + P2 + P1 + TAIL  # P2 first: the prefix cache holds PRE + P2 (as stored); P1 moves, copied in
+    out = generate(engine, {"b": (other, spans(P2, P1, TAIL))})["b"]
+    assert out.usage.cached_tokens > len(PRE) and out.usage.reused_tokens == len(P1)
+    assert engine.get_stats()["passage_store"]["stored_tokens"] == len(P1) + len(P2)  # nothing computed twice
+
+
+@pytest.mark.parametrize("bad", [[[5, 3]], [[0, 4], [2, 6]], [["a", 2]], [[1, 2, 3]], "x", [[-1, 2]]])
+def test_bad_spans_are_refused(make_engine, bad):
+    engine = make_engine(passage_reuse="full_reuse")
+    with pytest.raises(InvalidRequestError, match="passage_spans"):
+        engine.add_request("a", PRE + TAIL, SamplingParams(passage_spans=bad))
+    with pytest.raises(InvalidRequestError, match="before the prompt's last token"):
+        engine.add_request("a", PRE + TAIL, SamplingParams(passage_spans=[[2, len(PRE + TAIL)]]))
+    assert not engine.has_unfinished()
+
+
+def test_the_setting_takes_off_or_full_reuse(tiny_llama_dir):
+    with pytest.raises(InvalidRequestError, match="runtime.passage_reuse must be off or full_reuse"):
+        EngineConfig(**{**vars(tiny_config(tiny_llama_dir)), "passage_reuse": "blend"})
