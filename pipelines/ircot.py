@@ -40,7 +40,7 @@ from orthrus_rag.rag import Answer, Passage, Pipeline, extract_answer, find_answ
 from orthrus_rag.rag.answer import clean_answer, first_sentence
 from orthrus_rag.rag.reasoner import Message
 
-from .prompts import load_demos, load_prompt
+from .prompts import load_demos, load_prompt, truncate_words
 
 QUERIES = ("sentence", "question+sentence")
 ANSWER_FROM = ("reader", "chain", "conclude")
@@ -111,26 +111,37 @@ class IRCoT(Pipeline):
     async def _next_sentence(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         """The next reasoning sentence: the generator continues the numbered steps so far after the next number."""
         text = await self.reason(self._chain_prompt(question, passages, transcript(reasoning)),
-                                 SamplingParams(max_tokens=self.max_tokens, stop=["\n"]))
+                                 SamplingParams(max_tokens=self.max_tokens, stop=["\n"]),
+                                 self._texts(self._shown(passages)))
         return first_sentence(text.strip()).strip()
 
     async def _conclude(self, question: str, passages: list[Passage], reasoning: list[str]) -> str:
         """The chain's answer from every passage held: the step prompt, then "N. So the answer is:" to continue.
         It starts as the last step's prompt did, so the prefix cache serves all but the passages added since."""
         prompt = self._chain_prompt(question, passages, transcript(reasoning) + " So the answer is:")
-        text = await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens, stop=["\n"]))
+        text = await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens, stop=["\n"]),
+                                 self._texts(self._shown(passages)))
         return clean_answer(text)
 
     def _chain_prompt(self, question: str, passages: list[Passage], reply: str) -> list[Message]:
         """The reasoning prompt over `passages` (in `passage_order`), the assistant's reply begun with `reply`."""
-        shown = passages[::-1] if self.passage_order == "best_last" else passages
-        messages = self._template.messages(question, shown, self._demos, self.passage_words, self.demo_turns)
+        messages = self._template.messages(question, self._shown(passages), self._demos, self.passage_words,
+                                           self.demo_turns)
         return [*messages, {"role": "assistant", "content": reply}]
 
     async def _read(self, question: str, passages: list[Passage]) -> str:
         """The reader: a short answer to the question from all passages held."""
         prompt = self._reader.messages(question, passages, self._reader_demos, self.passage_words, self.demo_turns)
-        return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens)))
+        return extract_answer(await self.reason(prompt, SamplingParams(max_tokens=self.reader_max_tokens),
+                                                self._texts(passages)))
+
+    def _shown(self, passages: list[Passage]) -> list[Passage]:
+        """The passages in the order the reasoning prompt shows them (`passage_order`)."""
+        return passages[::-1] if self.passage_order == "best_last" else passages
+
+    def _texts(self, passages: list[Passage]) -> list[str]:
+        """Each passage's text as the prompt shows it: what the engine may reuse the KV of (runtime.passage_reuse)."""
+        return [truncate_words(p.text, self.passage_words) for p in passages]
 
 
 def transcript(reasoning: list[str]) -> str:

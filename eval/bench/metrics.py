@@ -23,6 +23,7 @@ class Call:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those the prefix cache served (0 where the backend does not say)
+    reused_tokens: int = 0  # of prompt_tokens, those copied from the passage store (runtime.passage_reuse)
 
 
 def percentile(values: list[float], q: float) -> float | None:

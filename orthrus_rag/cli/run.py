@@ -72,7 +72,8 @@ def trace_summary(answer: Any) -> list[dict[str, Any]]:
     """Each retrieve/reason call: kind, a short input and output, seconds and tokens."""
     return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
              "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
-             "completion_tokens": e.completion_tokens, "cached_tokens": e.cached_tokens} for e in answer.trace]
+             "completion_tokens": e.completion_tokens, "cached_tokens": e.cached_tokens,
+             "reused_tokens": e.reused_tokens} for e in answer.trace]
 
 
 def _short(text: str) -> str:

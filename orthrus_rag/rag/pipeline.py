@@ -59,17 +59,20 @@ class Pipeline(ABC):
         _record(TraceEvent("retrieve", query, titles, call.start, time.perf_counter(), found.query_tokens))
         return found.passages
 
-    async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
-        """The reasoner's text for `prompt`, recorded in the trace."""
+    async def reason(self, prompt: Prompt, params: SamplingParams, passages: Sequence[str] = ()) -> str:
+        """The reasoner's text for `prompt`, recorded in the trace. `passages`: texts in the prompt that are
+        retrieved passages, in order (with runtime.passage_reuse=full_reuse the engine reuses their KV)."""
         if self.reasoner is None:
             raise RuntimeError(f"{type(self).__name__} was built without a reasoner but called reason()")
         text = as_messages(prompt)[-1]["content"]
         summary = text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
         with live.watch("reason", summary) as call:
-            out = await self.reasoner.reason_with_usage(prompt, params)
+            spans = passages and getattr(self.reasoner, "passage_spans", False)  # a reasoner that takes them
+            out = await (self.reasoner.reason_with_usage(prompt, params, passages) if spans
+                         else self.reasoner.reason_with_usage(prompt, params))
             call.reasoned(out)
         _record(TraceEvent("reason", summary, out.text, call.start, time.perf_counter(), out.prompt_tokens,
-                           out.completion_tokens, out.cached_tokens))
+                           out.completion_tokens, out.cached_tokens, out.reused_tokens))
         return out.text
 
     def settings(self) -> dict[str, object]:

@@ -1,7 +1,9 @@
 """Reasoners: turn a prompt into generated text."""
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -19,6 +21,7 @@ class Reasoning:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the generator's prefix cache served
+    reused_tokens: int = 0  # prompt tokens copied from the engine's passage store (runtime.passage_reuse)
 
 
 class Reasoner(ABC):
@@ -32,24 +35,36 @@ class Reasoner(ABC):
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         """The text generated for `prompt`."""
 
-    async def reason_with_usage(self, prompt: Prompt, params: SamplingParams) -> Reasoning:
-        """Like `reason`, with token counts when the reasoner knows them (pipelines trace this)."""
+    async def reason_with_usage(self, prompt: Prompt, params: SamplingParams,
+                                passages: Sequence[str] = ()) -> Reasoning:
+        """Like `reason`, with token counts when the reasoner knows them (pipelines trace this). `passages` are
+        texts in the prompt that are retrieved passages, in order, whose KV a reasoner may reuse; pipelines pass
+        them only to a reasoner whose `passage_spans` is true."""
         return Reasoning(await self.reason(prompt, params))
 
 
 class EngineReasoner(Reasoner):
     """Generates with the engine, through the generator's chat template unless told otherwise."""
 
-    def __init__(self, engine: EngineLike, use_chat_template: bool = True):
+    def __init__(self, engine: EngineLike, use_chat_template: bool = True, passage_spans: bool = False):
         self.engine = engine
         self.use_chat_template = use_chat_template
+        self.passage_spans = passage_spans  # send passages as token spans (runtime.passage_reuse=full_reuse)
 
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         return (await self.reason_with_usage(prompt, params)).text
 
-    async def reason_with_usage(self, prompt: Prompt, params: SamplingParams) -> Reasoning:
-        out = await self.engine.generate(self.render(prompt), params)
-        return Reasoning(out.text, out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.cached_tokens)
+    async def reason_with_usage(self, prompt: Prompt, params: SamplingParams,
+                                passages: Sequence[str] = ()) -> Reasoning:
+        text = self.render(prompt)
+        if self.passage_spans and passages:
+            ids, spans = token_spans(self.engine.tokenizer, text, passages)
+            out = await self.engine.generate(ids, dataclasses.replace(params, passage_spans=spans))
+        else:
+            out = await self.engine.generate(text, params)
+        usage = out.usage
+        return Reasoning(out.text, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                         getattr(usage, "reused_tokens", 0))
 
     def render(self, prompt: Prompt) -> str:
         """The exact text sent to the generator."""
@@ -57,6 +72,27 @@ class EngineReasoner(Reasoner):
         if not self.use_chat_template:
             return "\n".join(m["content"] for m in messages)
         return apply_chat_template(self.engine.tokenizer, messages)
+
+
+def token_spans(tokenizer: Any, text: str, passages: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+    """`text`'s token ids (as the engine would encode it) and, for each of `passages` found in it in order, the
+    [start, end) of the tokens wholly inside it; a passage not found, or with no token of its own, has no span."""
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    spans, cursor, token = [], 0, 0
+    for passage in passages:
+        begin = text.find(passage, cursor) if passage else -1
+        if begin < 0:
+            continue
+        cursor = begin + len(passage)
+        while token < len(ids) and offsets[token][0] < begin:
+            token += 1
+        start = token
+        while token < len(ids) and offsets[token][1] <= cursor and offsets[token][1] > offsets[token][0]:
+            token += 1
+        if token > start and token < len(ids):
+            spans.append([start, token])
+    return ids, spans
 
 
 def apply_chat_template(tokenizer: Any, messages: list[Message]) -> str:

@@ -38,6 +38,7 @@ class TraceEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those the prefix cache served
+    reused_tokens: int = 0  # of prompt_tokens, those copied from the passage store (runtime.passage_reuse)
 
     @property
     def duration_s(self) -> float:

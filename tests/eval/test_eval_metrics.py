@@ -266,5 +266,10 @@ def test_prompt_tokens_per_question_by_hand():
     calls = [call("retrieve", 9, 0), call("reason", 100, 64), call("reason", 120, 96),
              call("reason", 50)]  # the last recorded before the cache's share was
     # computed: (100 - 64) + (120 - 96) + 50 = 110 over 2 questions; cached: 160 over 2; retrieval is not counted
-    assert prompt_tokens(calls, 2) == {"computed_per_question": 55.0, "cached_per_question": 80.0}
-    assert prompt_tokens([], 0) == {"computed_per_question": 0.0, "cached_per_question": 0.0}
+    assert prompt_tokens(calls, 2) == {"computed_per_question": 55.0, "cached_per_question": 80.0,
+                                       "reused_per_question": 0.0}
+    assert prompt_tokens([], 0) == {"computed_per_question": 0.0, "cached_per_question": 0.0,
+                                    "reused_per_question": 0.0}
+    reused = [{**call("reason", 100, 20), "reused_tokens": 30}]
+    assert prompt_tokens(reused, 1) == {"computed_per_question": 50.0, "cached_per_question": 20.0,
+                                        "reused_per_question": 30.0}

@@ -89,3 +89,33 @@ def test_the_chat_endpoint_and_the_reasoner_render_alike(tokenizer, messages):
     assert served == EngineReasoner(Engine()).render(messages)
     assert "Be brief." in served or served.endswith("1. One.\n2.")
     assert "developer" not in served
+
+
+def test_token_spans_cover_each_passage_found_in_order(tokenizer):
+    from orthrus_rag.rag.reasoner import token_spans
+
+    passages = ["Paris is the capital and largest city of France.", "The Seine flows through Paris.",
+                "not in the prompt"]
+    text = f"Answer from these.\n[1] Paris: {passages[0]}\n[2] Seine: {passages[1]}\nQuestion: where?"
+    ids, spans = token_spans(tokenizer, text, passages)
+    assert ids == tokenizer.encode(text) and len(spans) == 2 and spans[0][1] <= spans[1][0]
+    for (start, end), passage in zip(spans, passages):
+        inside = tokenizer.decode(ids[start:end])
+        assert inside.strip() in passage and len(inside) >= len(passage) - 8  # all but a boundary word at most
+
+
+async def test_passages_go_as_token_spans_only_when_asked(tokenizer):
+    class Engine(FakeEngine):
+        pass
+
+    Engine.tokenizer = tokenizer
+    plain, spans = Engine(), Engine()
+    passage = "Paris is the capital and largest city of France."
+    prompt = f"Passages:\n[1] {passage}\nWhat is the capital of France?"
+    await EngineReasoner(plain, use_chat_template=False).reason_with_usage(prompt, SamplingParams(), [passage])
+    await EngineReasoner(spans, use_chat_template=False, passage_spans=True).reason_with_usage(
+        prompt, SamplingParams(), [passage])
+    (text, params), = plain.prompts
+    (ids, reused), = spans.prompts
+    assert text == prompt and params.passage_spans == []
+    assert ids == tokenizer.encode(prompt) and len(reused.passage_spans) == 1
