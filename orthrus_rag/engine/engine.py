@@ -82,6 +82,7 @@ class LLMEngine:
         self.stats = EngineStats()
         self.step_log = StepLog(config.step_log_size)
         self._arrivals = itertools.count()
+        self._internal_ids = itertools.count()  # never reused: a waiting request names the ones it waits for
 
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | PoolingParams) -> None:
@@ -131,7 +132,7 @@ class LLMEngine:
         waits, first = set(), None
         for start, end, key in seq.passages[1:]:
             if key not in self.store and key not in self.storing:
-                rid = next(r for r in (f"passage-{i}" for i in itertools.count()) if r not in self.requests)
+                rid = next(r for r in (f"passage-{i}" for i in self._internal_ids) if r not in self.requests)
                 store = Sequence(rid, "generate", preamble + seq.prompt_ids[start:end],
                                  RequestTimings(time.perf_counter()), next(self._arrivals),
                                  sampling=SamplingParams(max_tokens=1),

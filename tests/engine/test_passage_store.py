@@ -95,3 +95,30 @@ def test_bad_spans_are_refused(make_engine, bad):
 def test_the_setting_takes_off_or_full_reuse(tiny_llama_dir):
     with pytest.raises(InvalidRequestError, match="runtime.passage_reuse must be off or full_reuse"):
         EngineConfig(**{**vars(tiny_config(tiny_llama_dir)), "passage_reuse": "blend"})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_requests_arriving_over_time_with_shared_passages_all_finish(make_engine, seed):
+    import random
+
+    rng = random.Random(seed)
+    engine = make_engine(passage_reuse="full_reuse", max_num_batched_tokens=64, num_kv_blocks=rng.choice([60, 256]))
+    passages = [list(range(1000 + 50 * i, 1000 + 50 * i + rng.randint(5, 40))) for i in range(10)]
+    pending = []
+    for r in range(20):
+        ids, spans_ = list(PRE), []
+        for passage in rng.sample(passages, rng.randint(1, 5)):
+            ids += [7, 8]
+            spans_.append([len(ids), len(ids) + len(passage)])
+            ids += passage
+        pending.append((f"r{r}", ids + [9, 10, 11], spans_))
+    finished = []
+    for step in range(3000):
+        if step % 2 == 0 and pending:
+            rid, ids, spans_ = pending.pop(0)
+            engine.add_request(rid, ids, SamplingParams(max_tokens=3, passage_spans=spans_))
+        if not pending and not engine.has_unfinished():
+            break
+        finished += [out.request_id for out in engine.step() if out.finished]
+    assert sorted(finished) == sorted(f"r{r}" for r in range(20))  # every caller's request, and none of the engine's
+    assert engine.get_stats()["passage_store"]["installed_tokens"] > 0
