@@ -118,7 +118,7 @@ class StackPlan:
         if indexes is None and self.index is not None:
             indexes = await load_indexes(engine, self.index, self.embedding)
         retriever = make_retriever(engine, indexes, self.embedding) if indexes is not None else None
-        reuse = self.engine.passage_reuse != "off"
+        reuse = self.engine.passage_reuse != "exact"
         reasoner = EngineReasoner(engine, passage_spans=reuse) if engine is not None else None
         built = {name: _make_pipeline(group, retriever, reasoner) for name, group in self.pipelines.items()}
         return Stack(indexes, retriever, built)

@@ -33,7 +33,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds
     kv_memory_fraction: float = 0.8  # for num_kv_blocks=None on CUDA: share of free memory after the generator loads
     enable_prefix_caching: bool = True  # share full KV blocks with identical token prefixes
-    passage_reuse: str = "off"  # off | full_reuse: keep passages' KV and reuse it (engine/passage_store.py)
+    passage_reuse: str = "exact"  # exact | full_reuse: keep passages' KV and reuse it (engine/passage_store.py)
     passage_store_tokens: int = 32768  # for full_reuse: passage tokens the store keeps (least recently used go)
     # Admission and liveness.
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
@@ -66,7 +66,7 @@ CHECKS: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
      f"must be auto or one of {list(BACKENDS)}, got {{!r}}"),
     (("policy",), lambda v: v in POLICIES, f"must be one of {sorted(POLICIES)}, got {{!r}}"),
     (("load_format",), lambda v: v in ("auto", "dummy"), "must be auto or dummy, got {!r}"),
-    (("passage_reuse",), lambda v: v in ("off", "full_reuse"), "must be off or full_reuse, got {!r}"),
+    (("passage_reuse",), lambda v: v in ("exact", "full_reuse"), "must be exact or full_reuse, got {!r}"),
     (("device",), lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(v)) is not None,
      "must be auto, cpu, cuda or cuda:N (N a GPU's index), got {!r}"),
     (("max_num_batched_tokens", "max_num_seqs", "block_size", "max_waiting", "passage_store_tokens"),

@@ -287,14 +287,14 @@ class LLMEngine:
     def _passage_store(self, config: EngineConfig) -> PassageStore | None:
         """The passage KV store for `passage_reuse=full_reuse`, or None; an error naming the setting where this model
         or cache cannot move KV."""
-        if config.passage_reuse == "off":
+        if config.passage_reuse == "exact":
             return None
         try:
             rotation = KeyRotation(self.runner.model)
             self.runner.cache.read(0, torch.zeros(1, dtype=torch.long, device=self.runner.device))
         except (ValueError, NotImplementedError) as err:
             raise InvalidRequestError(f"runtime.passage_reuse=full_reuse cannot run here: {err} (attention backend "
-                                      f"{self.runner.attention.name}); set runtime.passage_reuse=off",
+                                      f"{self.runner.attention.name}); set runtime.passage_reuse=exact",
                                       "passage_reuse") from None
         return PassageStore(config.passage_store_tokens, rotation)
 

@@ -1,4 +1,4 @@
-"""The passage KV store (runtime.passage_reuse=full_reuse): off changes nothing; a passage stored after the preamble
+"""The passage KV store (runtime.passage_reuse=full_reuse): exact (the default) changes nothing; a passage stored after the preamble
 and placed where it was computed gives the exact prefill's tokens; a moved passage is computed once after the
 preamble, stored equal to transformers' prefill of preamble + passage, and copied in; reused KV never enters the
 prefix cache's chain of exact prefixes; bad spans are refused."""
@@ -93,7 +93,7 @@ def test_bad_spans_are_refused(make_engine, bad):
 
 
 def test_the_setting_takes_off_or_full_reuse(tiny_llama_dir):
-    with pytest.raises(InvalidRequestError, match="runtime.passage_reuse must be off or full_reuse"):
+    with pytest.raises(InvalidRequestError, match="runtime.passage_reuse must be exact or full_reuse"):
         EngineConfig(**{**vars(tiny_config(tiny_llama_dir)), "passage_reuse": "blend"})
 
 
