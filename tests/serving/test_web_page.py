@@ -152,7 +152,8 @@ def test_the_page_asks_for_the_api_key_once_and_keeps_it_in_the_tab(page, serve_
         page.fill("#key-input", API_KEY)
         page.click("#key-form button")
         page.wait_for_selector("#pipeline option", state="attached")
-        assert page.is_hidden("#key-form") and page.is_hidden("#message")
+        page.wait_for_selector("#message", state="hidden", timeout=10_000)  # hidden once the page has loaded
+        assert page.is_hidden("#key-form")
         assert page.evaluate("sessionStorage.getItem('orthrus-api-key')") == API_KEY
         page.reload()
         page.wait_for_selector("#pipeline option", state="attached")
