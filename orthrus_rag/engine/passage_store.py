@@ -6,7 +6,7 @@ A request names its passages as token spans of its prompt (`SamplingParams.passa
 everything before the first span. The first span of any request follows the preamble directly, so its KV, computed
 exactly, is what the store keeps (the engine queues a short request, preamble + passage, for each later span not
 stored). An installed passage attends to the preamble and itself only, not to the passages before it: answers may
-change, which is why reuse is off by default (docs/engine.md, "Passage KV reuse"). Blocks from the first installed
+change, which is why exact prefill is the default (docs/engine.md, "Passage KV reuse"). Blocks from the first installed
 span on never enter the prefix cache's chain of exact prefixes.
 """
 from __future__ import annotations
