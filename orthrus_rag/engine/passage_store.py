@@ -11,16 +11,14 @@ span on never enter the prefix cache's chain of exact prefixes.
 """
 from __future__ import annotations
 
-import hashlib
-from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
+from orthrus_rag.engine.block_manager import block_digest
 from orthrus_rag.engine.rope import KeyRotation
-
-Span = tuple[int, int, bytes]  # [start, end) of a passage in the prompt's tokens, and its store key
+from orthrus_rag.engine.sequence import Span
 
 
 @dataclass
@@ -35,17 +33,16 @@ class StoredPassage:
 
 
 def passage_key(preamble: list[int], passage: list[int]) -> bytes:
-    """The store's name for `passage` computed after `preamble`."""
-    head = hashlib.sha256(array("q", preamble).tobytes()).digest()
-    return hashlib.sha256(head + array("q", passage).tobytes()).digest()
+    """The store's name for `passage` computed after `preamble`: the prefix cache's digest chain over both."""
+    return block_digest(block_digest(None, preamble), passage)
 
 
 def spans_of(prompt_ids: list[int], spans: list[list[int]]) -> list[Span]:
     """The request's passage spans with their keys (spans already checked: increasing, inside the prompt)."""
     if not spans:
         return []
-    preamble = prompt_ids[:spans[0][0]]
-    return [(s, e, passage_key(preamble, prompt_ids[s:e])) for s, e in spans]
+    head = block_digest(None, prompt_ids[:spans[0][0]])  # the preamble, hashed once
+    return [(s, e, block_digest(head, prompt_ids[s:e])) for s, e in spans]
 
 
 class PassageStore:

@@ -9,11 +9,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orthrus_rag.engine.passage_store import Span
 from orthrus_rag.engine.pooler import PoolState
 from orthrus_rag.engine.request import FinishReason, PoolingParams, RequestTimings, SamplingParams
 
 Kind = Literal["generate", "embed"]
+Span = tuple[int, int, bytes]  # [start, end) of a passage in the prompt's tokens, and its passage-store key
 Status = enum.Enum("Status", ["WAITING", "RUNNING", "FINISHED"])  # a request's life cycle: engine/scheduler.py
 
 
