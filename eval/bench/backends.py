@@ -33,18 +33,25 @@ class ModeUnavailable(RuntimeError):
     """A mode that cannot run here (a peer not installed, or not starting): the benchmark skips it, saying why."""
 
 
-class EngineBackend(AsyncEngine):
-    """Modes `hetero` and `alternating`: the AsyncEngine itself, its params defaulting to the benchmark's."""
+class BenchDefaults:
+    """Mixin before an engine class: a request without params takes the benchmark's (a copy, never shared)."""
 
-    def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
-        super().__init__(config)
-        self.sampling, self.pooling = sampling, pooling
+    sampling: SamplingParams
+    pooling: PoolingParams
 
     async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
         return await super().embed(text, replace(params or self.pooling))
 
     async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
         return await super().generate(text, replace(params or self.sampling))
+
+
+class EngineBackend(BenchDefaults, AsyncEngine):
+    """Modes `hetero` and `alternating`: the AsyncEngine itself, its params defaulting to the benchmark's."""
+
+    def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams):
+        super().__init__(config)
+        self.sampling, self.pooling = sampling, pooling
 
     async def settled_stats(self) -> dict:
         """Counters once the engine is idle: `stats()` is refreshed after a step's results are delivered, so right

@@ -12,17 +12,15 @@ import os
 import socket
 import subprocess
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
 from orthrus_rag.engine import EngineConfig, PoolingParams, SamplingParams
-from orthrus_rag.engine.request import EmbedOutput, GenerateOutput
 from orthrus_rag.models import load_tokenizer, resolve_model_path, usable_cores
 from orthrus_rag.rag.remote import Endpoint, EndpointSettings, RemoteEngine
 
-from .backends import ModeUnavailable
+from .backends import BenchDefaults, ModeUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 START_LIMIT_S = 900.0  # loading and warming up, both servers
@@ -83,7 +81,7 @@ class VLLMServer:
                 self.process.wait()
 
 
-class VLLMBackend(RemoteEngine):
+class VLLMBackend(BenchDefaults, RemoteEngine):
     """Both servers started and healthy, then `RemoteEngine` over them; without params the benchmark's apply."""
 
     def __init__(self, config: EngineConfig, sampling: SamplingParams, pooling: PoolingParams, shared: bool,
@@ -115,12 +113,6 @@ class VLLMBackend(RemoteEngine):
                 raise ModeUnavailable(f"vllm mode: the servers were not healthy after {START_LIMIT_S:.0f} s "
                                    f"(logs: {', '.join(str(s.log) for s in self.servers)})")
             time.sleep(1.0)
-
-    async def generate(self, text: str, params: SamplingParams | None = None) -> GenerateOutput:
-        return await super().generate(text, replace(params or self.sampling))
-
-    async def embed(self, text: str, params: PoolingParams | None = None) -> EmbedOutput:
-        return await super().embed(text, replace(params or self.pooling))
 
     async def settled_stats(self) -> dict:
         return self.stats()
