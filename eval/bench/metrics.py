@@ -24,6 +24,7 @@ class Call:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those the prefix cache served (0 where the backend does not say)
     reused_tokens: int = 0  # of prompt_tokens, those copied from the passage store (runtime.passage_reuse)
+    recomputed_tokens: int = 0  # of prompt_tokens, those copied from the passage store and computed again (blend)
 
 
 def percentile(values: list[float], q: float) -> float | None:

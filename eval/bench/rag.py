@@ -75,7 +75,7 @@ class LoggedBackend:
         self.calls.append(Call("generate", sent, done, first - sent if first is not None else None,
                                (done - first) / (n - 1) if first is not None and n > 1 else None, n,
                                usage.prompt_tokens, getattr(usage, "cached_tokens", 0),
-                               getattr(usage, "reused_tokens", 0)))
+                               getattr(usage, "reused_tokens", 0), getattr(usage, "recomputed_tokens", 0)))
         return out
 
     def stats(self) -> dict:

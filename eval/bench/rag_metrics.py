@@ -83,7 +83,7 @@ def timeline(samples: list[tuple[float, dict]]) -> list[dict]:
 def reasoning_calls(calls: list[Call]) -> list[dict[str, Any]]:
     """The generate calls as prompt_tokens counts them."""
     return [{"kind": "reason", "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens,
-             "reused_tokens": c.reused_tokens}
+             "reused_tokens": c.reused_tokens, "recomputed_tokens": c.recomputed_tokens}
             for c in calls if c.kind == "generate"]
 
 

@@ -140,14 +140,16 @@ def mean_of(values: Sequence[float | None]) -> float:
 
 def prompt_tokens(calls: Iterable[Mapping[str, Any]], questions: int) -> dict[str, float]:
     """The generator's prompt tokens per question over the reasoning calls (`kind` "reason") made for `questions`
-    questions: those computed, those the prefix cache served and those copied from the passage store (a call
-    recorded without a share counts it as computed). Work the engine queues itself to store passages is in its
-    counters (`engine.passage_store`), not here."""
+    questions: those computed, those the prefix cache served, those copied from the passage store and, of the
+    computed ones, those copied and computed again (blend; a call recorded without a share counts it as computed).
+    Work the engine queues itself to store passages is in its counters (`engine.passage_store`), not here."""
     calls = [e for e in calls if e["kind"] == "reason"]
-    cached, reused = (sum(e.get(k, 0) for e in calls) for k in ("cached_tokens", "reused_tokens"))
+    cached, reused, again = (sum(e.get(k, 0) for e in calls)
+                             for k in ("cached_tokens", "reused_tokens", "recomputed_tokens"))
     n = max(questions, 1)
     return {"computed_per_question": (sum(e["prompt_tokens"] for e in calls) - cached - reused) / n,
-            "cached_per_question": cached / n, "reused_per_question": reused / n}
+            "cached_per_question": cached / n, "reused_per_question": reused / n,
+            "recomputed_per_question": again / n}
 
 
 # ---- uncertainty and breakdowns -----------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def trace_summary(answer: Any) -> list[dict[str, Any]]:
     return [{"kind": e.kind, "input": _short(e.input), "output": _short(e.output),
              "duration_s": round(e.duration_s, 4), "prompt_tokens": e.prompt_tokens,
              "completion_tokens": e.completion_tokens, "cached_tokens": e.cached_tokens,
-             "reused_tokens": e.reused_tokens} for e in answer.trace]
+             "reused_tokens": e.reused_tokens, "recomputed_tokens": e.recomputed_tokens} for e in answer.trace]
 
 
 def _short(text: str) -> str:

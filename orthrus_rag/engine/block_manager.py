@@ -17,6 +17,11 @@ def block_digest(parent: bytes | None, tokens: list[int]) -> bytes:
     return hashlib.sha256((parent or b"") + array("q", tokens).tobytes()).digest()
 
 
+def slots(table: list[int], block_size: int, start: int, end: int) -> list[int]:
+    """The cache slots of positions [start, end) of a sequence with block table `table`."""
+    return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         self.num_blocks = num_blocks

@@ -33,8 +33,9 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: 2048 on CPU; on CUDA what kv_memory_fraction of free memory holds
     kv_memory_fraction: float = 0.8  # for num_kv_blocks=None on CUDA: share of free memory after the generator loads
     enable_prefix_caching: bool = True  # share full KV blocks with identical token prefixes
-    passage_reuse: str = "exact"  # exact | full_reuse: keep passages' KV and reuse it (engine/passage_store.py)
-    passage_store_tokens: int = 32768  # for full_reuse: passage tokens the store keeps (least recently used go)
+    passage_reuse: str = "exact"  # exact | blend | full_reuse: keep passages' KV and reuse it (engine/passage_store.py)
+    passage_store_tokens: int = 32768  # blend, full_reuse: passage tokens the store keeps (least recently used go)
+    passage_recompute: float = 0.15  # blend: share of each copied passage recomputed, its first tokens; 1: exact
     # Admission and liveness.
     max_waiting: int = 4096  # waiting requests; past this new requests get QueueFullError
     shutdown_timeout_s: float = 30.0  # AsyncEngine.shutdown waits this long for requests in flight, then fails them
@@ -66,7 +67,9 @@ CHECKS: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
      f"must be auto or one of {list(BACKENDS)}, got {{!r}}"),
     (("policy",), lambda v: v in POLICIES, f"must be one of {sorted(POLICIES)}, got {{!r}}"),
     (("load_format",), lambda v: v in ("auto", "dummy"), "must be auto or dummy, got {!r}"),
-    (("passage_reuse",), lambda v: v in ("exact", "full_reuse"), "must be exact or full_reuse, got {!r}"),
+    (("passage_reuse",), lambda v: v in ("exact", "blend", "full_reuse"),
+     "must be exact, blend or full_reuse, got {!r}"),
+    (("passage_recompute",), lambda v: 0 < float(v) <= 1, "must be in (0, 1], got {!r}"),
     (("device",), lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(v)) is not None,
      "must be auto, cpu, cuda or cuda:N (N a GPU's index), got {!r}"),
     (("max_num_batched_tokens", "max_num_seqs", "block_size", "max_waiting", "passage_store_tokens"),

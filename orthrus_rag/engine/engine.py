@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk, SchedulerOutput
-from orthrus_rag.engine.block_manager import BlockManager
+from orthrus_rag.engine.block_manager import BlockManager, slots
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.embedder_runner import EmbedderRunner
 from orthrus_rag.engine.errors import InvalidRequestError
@@ -51,7 +51,7 @@ class EngineStats:
         """Count one step; returns its tokens by kind."""
         counts = {"decode": 0, "prefill": 0, "embed": sum(s.num_tokens for s in sched.embedder_seqs)}
         for c in sched.chunks:
-            counts["embed" if c.seq.kind == "embed" else "decode" if c.is_decode else "prefill"] += c.num_tokens
+            counts["embed" if c.seq.kind == "embed" else "decode" if c.is_decode else "prefill"] += c.num_rows
         self.steps += 1
         for kind, n in counts.items():
             self.tokens[kind] += n
@@ -189,8 +189,8 @@ class LLMEngine:
     def _install(self, sched: SchedulerOutput) -> None:
         """Copy the stored passages the scheduler placed into their sequences' slots."""
         for placed in sched.installs:
-            slots = self._slots(placed.seq, placed.start, placed.end)
-            self.store.install(self.runner.cache, slots, placed.key, placed.start)
+            where = self._slots(placed.seq, placed.start, placed.end)
+            self.store.install(self.runner.cache, where, placed.key, placed.start, placed.recomputed)
 
     def _capture(self, sched: SchedulerOutput) -> None:
         """Store each first passage computed exactly in this step (it follows the preamble directly)."""
@@ -203,9 +203,8 @@ class LLMEngine:
                 self.store.capture(self.runner.cache, self._slots(seq, start, end), key, start)
 
     def _slots(self, seq: Sequence, start: int, end: int) -> torch.Tensor:
-        size, table = self.config.block_size, seq.block_table
-        slots = [table[p // size] * size + p % size for p in range(start, end)]
-        return torch.tensor(slots, dtype=torch.long, device=self.runner.device)
+        return torch.tensor(slots(seq.block_table, self.config.block_size, start, end), dtype=torch.long,
+                            device=self.runner.device)
 
     def _internal(self, out: StepOutput) -> bool:
         """Whether `out` belongs to a request the engine queued to store a passage (never shown to callers)."""
@@ -285,17 +284,17 @@ class LLMEngine:
         self.generators.pop(seq.request_id, None)
 
     def _passage_store(self, config: EngineConfig) -> PassageStore | None:
-        """The passage KV store for `passage_reuse=full_reuse`, or None; an error naming the setting where this model
-        or cache cannot move KV."""
+        """The passage KV store for `passage_reuse=blend` or `full_reuse`, or None; an error naming the setting where
+        this model or cache cannot move KV."""
         if config.passage_reuse == "exact":
             return None
         try:
             rotation = KeyRotation(self.runner.model)
             self.runner.cache.read(0, torch.zeros(1, dtype=torch.long, device=self.runner.device))
         except (ValueError, NotImplementedError) as err:
-            raise InvalidRequestError(f"runtime.passage_reuse=full_reuse cannot run here: {err} (attention backend "
-                                      f"{self.runner.attention.name}); set runtime.passage_reuse=exact",
-                                      "passage_reuse") from None
+            raise InvalidRequestError(f"runtime.passage_reuse={config.passage_reuse} cannot run here: {err} "
+                                      f"(attention backend {self.runner.attention.name}); set "
+                                      "runtime.passage_reuse=exact", "passage_reuse") from None
         return PassageStore(config.passage_store_tokens, rotation)
 
     # ---- validation -----------------------------------------------------------------------------------------

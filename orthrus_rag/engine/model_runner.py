@@ -15,6 +15,7 @@ from orthrus_rag.engine import attention
 from orthrus_rag.engine.attention import AttentionBackend, Geometry, Segment, StepAttention
 from orthrus_rag.engine.attention.hook import register
 from orthrus_rag.engine.batch import ModelOutput, ScheduledChunk
+from orthrus_rag.engine.block_manager import slots
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.kv_cache import PagedKVCache, bytes_per_block, pool_size
 from orthrus_rag.engine.lora import attach_embedding_adapter
@@ -91,17 +92,19 @@ class HostStep:
 def pack_host(chunks: list[ScheduledChunk], block_size: int, scratch_block: int) -> HostStep:
     step = HostStep()
     for chunk in chunks:
-        seq, n, start, ctx = chunk.seq, chunk.num_tokens, len(step.ids), chunk.seq.num_computed
+        seq, n, ctx = chunk.seq, chunk.num_tokens, chunk.seq.num_computed
         if seq.kind == "embed" and step.embed_start is None:
-            step.embed_start = start
+            step.embed_start = len(step.ids)
         table = seq.block_table
         if not table:  # keeps no KV: scratch blocks for this step only
             table = list(range(scratch_block, scratch_block + -(-(ctx + n) // block_size)))
             scratch_block += len(table)
-        step.ids.extend(seq.token_ids[ctx:ctx + n])
-        step.positions.extend(range(ctx, ctx + n))
-        step.write_slots.extend(table[p // block_size] * block_size + p % block_size for p in range(ctx, ctx + n))
-        step.segments.append(Segment(start, n, ctx, table))
+        for first, end in [*chunk.recompute, (ctx, ctx + n)]:  # recomputed passage runs come before the chunk
+            start = len(step.ids)
+            step.ids.extend(seq.token_ids[first:end])
+            step.positions.extend(range(first, end))
+            step.write_slots.extend(slots(table, block_size, first, end))
+            step.segments.append(Segment(start, end - first, first, table))
         if seq.kind == "embed":
             step.pooled.append((seq.request_id, start, start + n))
         elif chunk.completes:

@@ -28,7 +28,7 @@ def generate_output(seq: Sequence) -> GenerateOutput:
     seq.timings.finished = time.perf_counter()
     return GenerateOutput(seq.request_id, seq.text, list(seq.output_ids), seq.finish_reason,
                           Usage(len(seq.prompt_ids), len(seq.output_ids), seq.num_cached,
-                                seq.num_reused), seq.timings)
+                                seq.num_reused, seq.num_recomputed), seq.timings)
 
 
 def embed_output(seq: Sequence, vector: torch.Tensor) -> EmbedOutput:

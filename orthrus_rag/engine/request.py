@@ -28,8 +28,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
-    # [start, end) token spans of the prompt that are passages, in order; with runtime.passage_reuse=full_reuse their
-    # KV is computed once and reused (engine/passage_store.py); otherwise they change nothing
+    # [start, end) token spans of the prompt that are passages, in order; with runtime.passage_reuse=blend or full_reuse
+    # their KV is computed once and reused (engine/passage_store.py); otherwise they change nothing
     passage_spans: list[list[int]] = field(default_factory=list)
 
     @property
@@ -111,6 +111,7 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (not computed) when it was last admitted
     reused_tokens: int = 0  # prompt tokens copied from the passage store (not computed), runtime.passage_reuse
+    recomputed_tokens: int = 0  # prompt tokens copied from the passage store and computed again (blend)
 
     @property
     def total_tokens(self) -> int:

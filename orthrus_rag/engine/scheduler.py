@@ -96,13 +96,15 @@ class Scheduler:
         if seq.request_id not in self.running or not 0 < n <= budget.tokens or budget.seqs <= 0 \
                 or not self.policy.allows(seq.kind):
             return
+        recompute = []
         if seq.passages and self.store is not None:
-            self._install_reached(seq, out)
-            n = self._up_to_stored(seq, min(n, seq.num_remaining))
+            recompute = self._install_reached(seq, out, n)
+            n = self._up_to_stored(seq, min(n - _rows(recompute), seq.num_remaining))
         if seq.block_table and not self._allocate(seq, n, out, budget):
             return
-        out.chunks.append(ScheduledChunk(seq, n))
-        budget.take(n)
+        chunk = ScheduledChunk(seq, n, recompute)
+        out.chunks.append(chunk)
+        budget.take(chunk.num_rows)
 
     def _allocate(self, seq: Sequence, n: int, out: SchedulerOutput, budget: Budget) -> bool:
         """Blocks for n more tokens, preempting running requests that arrived after `seq` while short; when none
@@ -119,7 +121,7 @@ class Scheduler:
         placed = next((c for c in out.chunks if c.seq is seq), None)
         if placed is not None:  # evicted after it was placed in this step: take it out again
             out.chunks.remove(placed)
-            budget.tokens += placed.num_tokens
+            budget.tokens += placed.num_rows
             budget.seqs += 1
         del self.running[seq.request_id]
         self._reset(seq, out)
@@ -130,7 +132,7 @@ class Scheduler:
     def _reset(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.blocks.free_sequence(seq)
         seq.num_computed, seq.pool_state, seq.status = 0, None, Status.WAITING
-        seq.reused_from, seq.num_reused = None, 0
+        seq.reused_from, seq.num_reused, seq.num_recomputed = None, 0, 0
         out.installs = [i for i in out.installs if i.seq is not seq]
 
     def _admit(self, out: SchedulerOutput, budget: Budget, view: QueueView) -> None:
@@ -166,9 +168,8 @@ class Scheduler:
         hits = 0
         if seq.kind == "generate":
             seq.num_computed = hits = self.blocks.acquire_prefix(seq)
-        if seq.passages and self.store is not None:
-            self._install_reached(seq, out)
-        n = self._up_to_stored(seq, int(min(seq.num_remaining, room)))
+        recompute = self._install_reached(seq, out, int(room)) if seq.passages and self.store is not None else []
+        n = self._up_to_stored(seq, int(min(seq.num_remaining, room - _rows(recompute))))
         needs_kv = seq.kind == "generate" or n < seq.num_remaining
         if n <= 0 or (needs_kv and not self.blocks.allocate(seq, n)):
             self._reset(seq, out)
@@ -179,24 +180,34 @@ class Scheduler:
             seq.num_cached = min(hits, len(seq.prompt_ids))
         else:
             seq.pool_state = PoolState(seq.pooling.pooling)
-        out.chunks.append(ScheduledChunk(seq, n))
-        budget.take(n)
-        return n
+        chunk = ScheduledChunk(seq, n, recompute)
+        out.chunks.append(chunk)
+        budget.take(chunk.num_rows)
+        return chunk.num_rows
 
     def _stored_first(self, seq: Sequence) -> bool:
         """Whether the requests storing `seq`'s passages have all finished (it then starts and installs them)."""
         seq.waits_for = {r for r in seq.waits_for if r in self.running or r in self.waiting["generate"]}
         return not seq.waits_for
 
-    def _install_reached(self, seq: Sequence, out: SchedulerOutput) -> None:
-        """Place the stored passages that start where `seq` has computed to: their KV is copied in, not computed."""
+    def _install_reached(self, seq: Sequence, out: SchedulerOutput, room: int) -> list[tuple[int, int]]:
+        """Place the stored passages that start where `seq` has computed to: their KV is copied in, not computed.
+        Under `blend` the first tokens of each are computed again in this step: the runs returned, which leave at
+        least one row of `room` for the chunk after them."""
+        recompute: list[tuple[int, int]] = []
         for start, end, key in seq.passages:
-            if start != seq.num_computed or key not in self.store or not self.blocks.allocate(seq, end - start):
+            again = math.ceil((end - start) * self.config.passage_recompute) \
+                if self.config.passage_reuse == "blend" else 0
+            if start != seq.num_computed or key not in self.store or _rows(recompute) + again >= room \
+                    or not self.blocks.allocate(seq, end - start):
                 continue
-            out.installs.append(Install(seq, start, end, key))
+            out.installs.append(Install(seq, start, end, key, again))
+            recompute += [(start, start + again)] if again else []
             seq.reused_from = start if seq.reused_from is None else seq.reused_from
-            seq.num_reused += end - start
+            seq.num_reused += end - start - again
+            seq.num_recomputed += again
             seq.num_computed = end
+        return recompute
 
     def _up_to_stored(self, seq: Sequence, n: int) -> int:
         """`n`, cut where the next stored passage of `seq` starts (the next step installs it)."""
@@ -225,3 +236,7 @@ class Scheduler:
             placed_tokens=out.num_backbone_tokens,
             decodes=sum(1 for c in out.chunks if c.is_decode),
         )
+
+
+def _rows(runs: list[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in runs)

@@ -31,7 +31,8 @@ class Sequence:
     num_cached: int = 0  # prompt tokens the prefix cache served at its last admission
     passages: list[Span] = field(default_factory=list)  # passage spans of the prompt (engine/passage_store.py)
     reused_from: int | None = None  # start of the first passage installed from the store: no exact KV from here
-    num_reused: int = 0  # prompt tokens installed from the passage store at its last admission
+    num_reused: int = 0  # prompt tokens installed from the passage store at its last admission, not recomputed
+    num_recomputed: int = 0  # prompt tokens installed and then computed again (blend) at its last admission
     waits_for: set[str] = field(default_factory=set)  # requests storing its passages: it starts after them
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache digest chain of its full blocks

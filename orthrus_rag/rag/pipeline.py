@@ -61,7 +61,7 @@ class Pipeline(ABC):
 
     async def reason(self, prompt: Prompt, params: SamplingParams, passages: Sequence[str] = ()) -> str:
         """The reasoner's text for `prompt`, recorded in the trace. `passages`: texts in the prompt that are
-        retrieved passages, in order (with runtime.passage_reuse=full_reuse the engine reuses their KV)."""
+        retrieved passages, in order (with runtime.passage_reuse blend or full_reuse the engine reuses their KV)."""
         if self.reasoner is None:
             raise RuntimeError(f"{type(self).__name__} was built without a reasoner but called reason()")
         text = as_messages(prompt)[-1]["content"]
@@ -72,7 +72,7 @@ class Pipeline(ABC):
                          else self.reasoner.reason_with_usage(prompt, params))
             call.reasoned(out)
         _record(TraceEvent("reason", summary, out.text, call.start, time.perf_counter(), out.prompt_tokens,
-                           out.completion_tokens, out.cached_tokens, out.reused_tokens))
+                           out.completion_tokens, out.cached_tokens, out.reused_tokens, out.recomputed_tokens))
         return out.text
 
     def settings(self) -> dict[str, object]:

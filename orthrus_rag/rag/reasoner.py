@@ -22,6 +22,7 @@ class Reasoning:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the generator's prefix cache served
     reused_tokens: int = 0  # prompt tokens copied from the engine's passage store (runtime.passage_reuse)
+    recomputed_tokens: int = 0  # prompt tokens copied from the passage store and computed again (blend)
 
 
 class Reasoner(ABC):
@@ -49,7 +50,7 @@ class EngineReasoner(Reasoner):
     def __init__(self, engine: EngineLike, use_chat_template: bool = True, passage_spans: bool = False):
         self.engine = engine
         self.use_chat_template = use_chat_template
-        self.passage_spans = passage_spans  # send passages as token spans (runtime.passage_reuse=full_reuse)
+        self.passage_spans = passage_spans  # send passages as token spans (runtime.passage_reuse != exact)
 
     async def reason(self, prompt: Prompt, params: SamplingParams) -> str:
         return (await self.reason_with_usage(prompt, params)).text
@@ -64,7 +65,7 @@ class EngineReasoner(Reasoner):
             out = await self.engine.generate(text, params)
         usage = out.usage
         return Reasoning(out.text, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-                         getattr(usage, "reused_tokens", 0))
+                         getattr(usage, "reused_tokens", 0), getattr(usage, "recomputed_tokens", 0))
 
     def render(self, prompt: Prompt) -> str:
         """The exact text sent to the generator."""

@@ -39,6 +39,7 @@ class TraceEvent:
     completion_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those the prefix cache served
     reused_tokens: int = 0  # of prompt_tokens, those copied from the passage store (runtime.passage_reuse)
+    recomputed_tokens: int = 0  # of prompt_tokens, those copied from the passage store and computed again (blend)
 
     @property
     def duration_s(self) -> float:

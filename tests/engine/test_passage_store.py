@@ -1,8 +1,11 @@
-"""The passage KV store (runtime.passage_reuse=full_reuse): exact (the default) changes nothing; a passage stored after the preamble
-and placed where it was computed gives the exact prefill's tokens; a moved passage is computed once after the
-preamble, stored equal to transformers' prefill of preamble + passage, and copied in; reused KV never enters the
-prefix cache's chain of exact prefixes; bad spans are refused."""
+"""The passage KV store (runtime.passage_reuse=blend | full_reuse): exact (the default) changes nothing; a passage
+stored after the preamble and placed where it was computed gives the exact prefill's tokens; a moved passage is
+computed once after the preamble, stored equal to transformers' prefill of preamble + passage, and copied in; blend
+recomputes the first share of it exactly (all of it: exact prefill); reused KV never enters the prefix cache's chain
+of exact prefixes; bad spans and settings are refused."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -92,17 +95,69 @@ def test_bad_spans_are_refused(make_engine, bad):
     assert not engine.has_unfinished()
 
 
-def test_the_setting_takes_off_or_full_reuse(tiny_llama_dir):
-    with pytest.raises(InvalidRequestError, match="runtime.passage_reuse must be exact or full_reuse"):
-        EngineConfig(**{**vars(tiny_config(tiny_llama_dir)), "passage_reuse": "blend"})
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("passage_reuse", "cacheblend", "runtime.passage_reuse must be exact, blend or full_reuse"),
+    ("passage_recompute", 0, r"runtime.passage_recompute must be in \(0, 1\]"),
+    ("passage_recompute", 1.5, r"runtime.passage_recompute must be in \(0, 1\]")])
+def test_bad_settings_are_refused(tiny_llama_dir, key, value, message):
+    with pytest.raises(InvalidRequestError, match=message):
+        EngineConfig(**{**vars(tiny_config(tiny_llama_dir)), key: value})
+
+
+def prompt_kv(engine, ids: list[int], passage_spans: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer the K and V the engine holds for the prompt `ids` once it is computed (the request then ends)."""
+    engine.add_request("a", ids, SamplingParams(max_tokens=4, passage_spans=passage_spans))
+    seq = engine.requests["a"]
+    while seq.num_computed < len(ids):
+        engine.step()
+    where = engine._slots(seq, 0, len(ids))
+    kv = [engine.runner.cache.read(layer, where) for layer in range(len(engine.runner.cache.k))]
+    engine.abort("a")
+    return kv
+
+
+def hf_kv(model, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    return [(layer.keys[0].transpose(0, 1), layer.values[0].transpose(0, 1)) for layer in cache.layers]
+
+
+@pytest.mark.parametrize(("reuse", "share"), [("blend", 1.0), ("blend", 0.5), ("full_reuse", 1.0)])
+def test_blend_recomputes_the_first_share_of_a_copied_passage_exactly(make_engine, hf_tiny, reuse, share):
+    """The rows of a copied passage that blend recomputes, and every row before them, hold the exact prefill's K/V
+    at every layer; the copied rows after them do not (past the first layer, where a token's K/V depends on the
+    tokens it attends to). A share of 1 is exact prefill."""
+    engine = make_engine(passage_reuse=reuse, passage_recompute=share, enable_prefix_caching=False)
+    ids = PRE + P1 + P2 + TAIL
+    got, want = prompt_kv(engine, ids, spans(P1, P2, TAIL)), hf_kv(hf_tiny, ids)
+    recomputed = 0 if reuse == "full_reuse" else math.ceil(len(P2) * share)
+    exact = len(ids) if recomputed == len(P2) else len(PRE + P1) + recomputed
+    for layer, ((k, v), (hf_k, hf_v)) in enumerate(zip(got, want)):
+        torch.testing.assert_close((k[:exact], v[:exact]), (hf_k[:exact], hf_v[:exact]), atol=1e-5, rtol=1e-5)
+        if exact < len(ids) and layer > 0:
+            assert not torch.allclose(v[exact:], hf_v[exact:], atol=1e-3), f"layer {layer} is exact past {exact}"
+    stats = engine.get_stats()["passage_store"]
+    assert stats["installed_tokens"] == len(P2)
+    assert stats["recomputed_tokens"] == recomputed
+
+
+def test_blend_at_a_share_of_one_gives_the_exact_tokens(make_engine, hf_tiny):
+    engine = make_engine(passage_reuse="blend", passage_recompute=1.0)
+    ids = PRE + P1 + P2 + TAIL
+    out = generate(engine, {"a": (ids, spans(P1, P2, TAIL))})["a"]
+    assert out.token_ids == hf_greedy(hf_tiny, ids, 6) and out.usage.reused_tokens == 0
+    assert engine.get_stats()["passage_store"]["recomputed_tokens"] == len(P2)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_requests_arriving_over_time_with_shared_passages_all_finish(make_engine, seed):
+@pytest.mark.parametrize("reuse", ["full_reuse", "blend"])
+def test_requests_arriving_over_time_with_shared_passages_all_finish(make_engine, seed, reuse):
     import random
 
     rng = random.Random(seed)
-    engine = make_engine(passage_reuse="full_reuse", max_num_batched_tokens=64, num_kv_blocks=rng.choice([60, 256]))
+    engine = make_engine(passage_reuse=reuse, passage_recompute=rng.choice([0.15, 0.5]), max_num_batched_tokens=64,
+                         num_kv_blocks=rng.choice([60, 256]))
     passages = [list(range(1000 + 50 * i, 1000 + 50 * i + rng.randint(5, 40))) for i in range(10)]
     pending = []
     for r in range(20):

@@ -267,9 +267,10 @@ def test_prompt_tokens_per_question_by_hand():
              call("reason", 50)]  # the last recorded before the cache's share was
     # computed: (100 - 64) + (120 - 96) + 50 = 110 over 2 questions; cached: 160 over 2; retrieval is not counted
     assert prompt_tokens(calls, 2) == {"computed_per_question": 55.0, "cached_per_question": 80.0,
-                                       "reused_per_question": 0.0}
+                                       "reused_per_question": 0.0, "recomputed_per_question": 0.0}
     assert prompt_tokens([], 0) == {"computed_per_question": 0.0, "cached_per_question": 0.0,
-                                    "reused_per_question": 0.0}
-    reused = [{**call("reason", 100, 20), "reused_tokens": 30}]
+                                    "reused_per_question": 0.0, "recomputed_per_question": 0.0}
+    # 100 prompt tokens: 20 cached, 30 copied and kept, 10 copied and computed again (part of the 50 computed)
+    reused = [{**call("reason", 100, 20), "reused_tokens": 30, "recomputed_tokens": 10}]
     assert prompt_tokens(reused, 1) == {"computed_per_question": 50.0, "cached_per_question": 20.0,
-                                        "reused_per_question": 30.0}
+                                        "reused_per_question": 30.0, "recomputed_per_question": 10.0}

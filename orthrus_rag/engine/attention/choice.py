@@ -16,6 +16,7 @@ import torch
 
 from orthrus_rag.cpu_info import cpu_model
 from orthrus_rag.engine.attention.base import AttentionBackend, Geometry, Segment
+from orthrus_rag.engine.block_manager import slots
 from orthrus_rag.engine.errors import InvalidRequestError
 from orthrus_rag.files import cache_dir, write_atomic
 from orthrus_rag.models.device import cpu_flags
@@ -112,10 +113,10 @@ def probe_step(backend: AttentionBackend, num_seqs: int, queries: int, context: 
     tables = probe_tables(num_seqs, -(-(context + queries) // g.block_size))
     cache = backend.make_cache(1, (1 + max(max(t) for t in tables)) * g.block_size)
     segments = [Segment(i * queries, queries, context, table) for i, table in enumerate(tables)]
-    slot = [[t[p // g.block_size] * g.block_size + p % g.block_size for p in range(context + queries)] for t in tables]
-    slots = torch.tensor([x for row in slot for x in row], device=g.device)
-    kv = [torch.randn(len(slots), g.num_kv_heads, g.head_dim, generator=gen).to(g.device, g.dtype) for _ in "kv"]
-    cache.write(0, slots, *kv)
+    slot = [slots(t, g.block_size, 0, context + queries) for t in tables]
+    written = torch.tensor([x for row in slot for x in row], device=g.device)
+    kv = [torch.randn(len(written), g.num_kv_heads, g.head_dim, generator=gen).to(g.device, g.dtype) for _ in "kv"]
+    cache.write(0, written, *kv)
     new_rows = torch.tensor([x for row in slot for x in row[context:]], device=g.device)
     step = backend.plan(cache, new_rows, segments,
                         [torch.tensor(x, device=g.device) for x in backend.host_integers(segments)])
