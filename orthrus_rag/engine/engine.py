@@ -218,11 +218,12 @@ class LLMEngine:
     def _step_record(self, sched: SchedulerOutput, counts: dict[str, int], step_s: float, gen_s: float,
                      emb_s: float) -> StepRecord:
         """What this step held and left behind, for the step log (a few counts the step already has)."""
-        blocks = self.blocks
+        blocks, again = self.blocks, sum(i.recomputed for i in sched.installs)
         return StepRecord(self.step_log.next_id, time.time(), step_s, gen_s, emb_s, counts,
                           sum(seq.num_tokens for seq in sched.embedder_seqs), len(self.scheduler.running),
                           {kind: len(q) for kind, q in self.scheduler.waiting.items()},
-                          blocks.num_blocks - blocks.num_free, blocks.num_blocks)
+                          blocks.num_blocks - blocks.num_free, blocks.num_blocks,
+                          sum(i.end - i.start for i in sched.installs) - again, again)
 
     def _contained(self, seq: Sequence, fn: Callable[..., StepOutput | None], *args) -> StepOutput | None:
         """`fn(*args)`, or the request's failure when it raises."""

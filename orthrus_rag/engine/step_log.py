@@ -15,7 +15,9 @@ from dataclasses import dataclass
 @dataclass
 class StepRecord:
     """One step. `tokens` counts the step's work by kind (decode, prefill, embed; embed includes the co-located
-    embedder's `embedder_tokens`); `running`, `waiting` and `kv_blocks_used` are as the step left them."""
+    embedder's `embedder_tokens`); `running`, `waiting` and `kv_blocks_used` are as the step left them;
+    `copied_tokens` the passage tokens whose KV the step copied in from the passage store and did not compute,
+    `recomputed_tokens` those it copied in and computed again (counted in `tokens["prefill"]`)."""
 
     id: int
     time: float  # wall clock (seconds since the epoch) when the step ended
@@ -28,6 +30,8 @@ class StepRecord:
     waiting: dict[str, int]
     kv_blocks_used: int
     kv_blocks_total: int
+    copied_tokens: int = 0
+    recomputed_tokens: int = 0
 
 
 class StepLog:

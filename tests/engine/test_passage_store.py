@@ -140,6 +140,9 @@ def test_blend_recomputes_the_first_share_of_a_copied_passage_exactly(make_engin
     stats = engine.get_stats()["passage_store"]
     assert stats["installed_tokens"] == len(P2)
     assert stats["recomputed_tokens"] == recomputed
+    steps = engine.step_log.since()  # the engine view's record of the same
+    assert sum(r.copied_tokens for r in steps) == len(P2) - recomputed
+    assert sum(r.recomputed_tokens for r in steps) == recomputed
 
 
 def test_blend_at_a_share_of_one_gives_the_exact_tokens(make_engine, hf_tiny):

@@ -220,3 +220,21 @@ def test_the_engine_view_follows_a_restarted_server(page, serve_app, engine):
         feed.update(steps=[step_record(i) for i in range(1, 4)], down=False)
         page.wait_for_function("document.querySelectorAll('.steps-chart rect').length === 3", timeout=10_000)
         assert newest_step(page) == 3
+
+
+def test_the_engine_view_marks_passage_kv_copied_in(page, serve_app, engine):
+    copied = {**step_record(2), "tokens": {"decode": 0, "prefill": 30, "embed": 0}, "copied_tokens": 90,
+              "recomputed_tokens": 10}
+    feed = [step_record(1), copied, step_record(3)]
+    with serve_app(engine, ServerSettings(), rag=fake_rag) as running:
+        page.route("**/v1/engine/steps*", lambda route: route.fulfill(
+            json={"replicas": [{"replica": "engine", "steps": feed}]}))
+        open_page(page, running.url)
+        page.click("button[data-tab=engine]")
+        page.wait_for_selector(".steps-chart rect[data-step='3']", state="attached")
+        assert page.eval_on_selector_all(".steps-chart rect.copied", "rs => rs.map(r => r.dataset.step)") == ["2"]
+        title = page.text_content(".steps-chart rect.copied[data-step='2'] title")
+        assert "90 tokens copied in, 10 computed again" in title
+        heights = page.eval_on_selector_all(".steps-chart rect[data-step='2']",
+                                            "rs => rs.map(r => +r.getAttribute('height'))")
+        assert heights[1] == pytest.approx(3 * heights[0])  # prefill below, copied above: 30 and 90 tokens

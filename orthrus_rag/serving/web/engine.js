@@ -9,6 +9,7 @@ const KINDS = [  // bottom to top
   ["prefill", "prefill", (s) => s.tokens.prefill],
   ["embed", "embed (generator's layers)", (s) => s.tokens.embed - s.embedder_tokens],
   ["embedder", "embed (co-located embedder)", (s) => s.embedder_tokens],
+  ["copied", "passage KV copied in (not computed)", (s) => s.copied_tokens ?? 0],
 ];
 const HEIGHT = 160;
 const BAR = 6;
@@ -70,11 +71,11 @@ export class EngineView {
 
 function draw(replica) {
   const { steps, chart, keep } = replica;
-  const scale = Math.max(1, ...steps.map((s) => s.tokens.decode + s.tokens.prefill + s.tokens.embed));
+  const scale = Math.max(1, ...steps.map(rows));
   const offset = keep - steps.length;
   const bars = [];
   steps.forEach((step, i) => {
-    const total = step.tokens.decode + step.tokens.prefill + step.tokens.embed;
+    const total = rows(step);
     const height = (HEIGHT * Math.sqrt(total)) / Math.sqrt(scale);  // square root: a few decodes stay visible
     let y = HEIGHT;
     for (const [cls, , count] of KINDS) {
@@ -95,10 +96,17 @@ function draw(replica) {
   replica.drawn = true;
 }
 
+// The step's tokens, computed or copied in: what its bar's height shows.
+function rows(step) {
+  return step.tokens.decode + step.tokens.prefill + step.tokens.embed + (step.copied_tokens ?? 0);
+}
+
 function describe(step) {
   const t = step.tokens;
+  const copied = step.copied_tokens || step.recomputed_tokens
+    ? `; passage KV: ${step.copied_tokens ?? 0} tokens copied in, ${step.recomputed_tokens ?? 0} computed again` : "";
   return `step ${step.id}: ${t.decode} decode, ${t.prefill} prefill, ${t.embed} embed tokens in ` +
-         `${(1000 * step.step_s).toFixed(0)} ms`;
+         `${(1000 * step.step_s).toFixed(0)} ms${copied}`;
 }
 
 function stats(steps, scale) {
