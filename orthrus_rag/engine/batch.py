@@ -28,7 +28,12 @@ class ScheduledChunk:
     @property
     def num_rows(self) -> int:
         """Rows this chunk adds to the step: its tokens and the recomputed ones."""
-        return self.num_tokens + sum(end - start for start, end in self.recompute)
+        return self.num_tokens + rows(self.recompute)
+
+
+def rows(runs: list[tuple[int, int]]) -> int:
+    """Tokens in the runs [start, end)."""
+    return sum(end - start for start, end in runs)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from orthrus_rag.engine.batch import Install, ScheduledChunk, SchedulerOutput
+from orthrus_rag.engine.batch import Install, ScheduledChunk, SchedulerOutput, rows
 from orthrus_rag.engine.block_manager import BlockManager
 from orthrus_rag.engine.config import EngineConfig
 from orthrus_rag.engine.errors import QueueFullError
@@ -99,7 +99,7 @@ class Scheduler:
         recompute = []
         if seq.passages and self.store is not None:
             recompute = self._install_reached(seq, out, n)
-            n = self._up_to_stored(seq, min(n - _rows(recompute), seq.num_remaining))
+            n = self._up_to_stored(seq, min(n - rows(recompute), seq.num_remaining))
         if seq.block_table and not self._allocate(seq, n, out, budget):
             return
         chunk = ScheduledChunk(seq, n, recompute)
@@ -169,7 +169,7 @@ class Scheduler:
         if seq.kind == "generate":
             seq.num_computed = hits = self.blocks.acquire_prefix(seq)
         recompute = self._install_reached(seq, out, int(room)) if seq.passages and self.store is not None else []
-        n = self._up_to_stored(seq, int(min(seq.num_remaining, room - _rows(recompute))))
+        n = self._up_to_stored(seq, int(min(seq.num_remaining, room - rows(recompute))))
         needs_kv = seq.kind == "generate" or n < seq.num_remaining
         if n <= 0 or (needs_kv and not self.blocks.allocate(seq, n)):
             self._reset(seq, out)
@@ -198,7 +198,7 @@ class Scheduler:
         for start, end, key in seq.passages:
             again = math.ceil((end - start) * self.config.passage_recompute) \
                 if self.config.passage_reuse == "blend" else 0
-            if start != seq.num_computed or key not in self.store or _rows(recompute) + again >= room \
+            if start != seq.num_computed or key not in self.store or rows(recompute) + again >= room \
                     or not self.blocks.allocate(seq, end - start):
                 continue
             out.installs.append(Install(seq, start, end, key, again))
@@ -236,7 +236,3 @@ class Scheduler:
             placed_tokens=out.num_backbone_tokens,
             decodes=sum(1 for c in out.chunks if c.is_decode),
         )
-
-
-def _rows(runs: list[tuple[int, int]]) -> int:
-    return sum(end - start for start, end in runs)
