@@ -34,13 +34,9 @@ class StoredPassage:
         return self.k[0].shape[0]
 
 
-def passage_key(preamble: list[int], passage: list[int]) -> bytes:
-    """The store's name for `passage` computed after `preamble`: the prefix cache's digest chain over both."""
-    return block_digest(block_digest(None, preamble), passage)
-
-
 def spans_of(prompt_ids: list[int], spans: list[list[int]]) -> list[Span]:
-    """The request's passage spans with their keys (spans already checked: increasing, inside the prompt)."""
+    """The request's passage spans with their keys (spans already checked: increasing, inside the prompt). A
+    passage's key is the prefix cache's digest chain over the preamble, then the passage's tokens."""
     if not spans:
         return []
     head = block_digest(None, prompt_ids[:spans[0][0]])  # the preamble, hashed once

@@ -1,8 +1,8 @@
 """A request's state inside the engine: its tokens, progress, blocks and pooling state. Each field has one writer:
-the scheduler the life cycle (status, num_computed, num_cached, num_reused, reused_from, finish_reason, pool_state,
-timings.first_scheduled), the block manager the block table and hashes, the engine `passages` and `waits_for` when
-it queues the request, engine/output.py the outputs (output_ids, text and its detokenisation marks, first-token and
-finish times)."""
+the scheduler the life cycle (status, num_computed, num_cached, num_reused, num_recomputed, reused_from,
+finish_reason, pool_state, timings.first_scheduled), the block manager the block table and hashes, the engine
+`passages` and `waits_for` when it queues the request, engine/output.py the outputs (output_ids, text and its
+detokenisation marks, first-token and finish times)."""
 from __future__ import annotations
 
 import enum

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 from orthrus_rag.engine import EngineConfig, SamplingParams
 from orthrus_rag.engine.errors import InvalidRequestError
-from orthrus_rag.engine.passage_store import passage_key
+from orthrus_rag.engine.passage_store import spans_of
 from tests.engine.conftest import hf_greedy, run_all, tiny_config
 
 PRE, P1, P2, TAIL = list(range(100, 141)), list(range(200, 233)), list(range(300, 327)), list(range(400, 411))
@@ -60,7 +60,8 @@ def test_a_moved_passage_is_stored_after_the_preamble_and_copied_in(make_engine,
     assert results["a"].usage.reused_tokens == len(P2)
     stats = engine.get_stats()["passage_store"]
     assert stats["passages"] == 2 and stats["stored_tokens"] == len(P1) + len(P2)
-    stored = engine.store.passages[passage_key(PRE, P2)]
+    (_, _, key), = spans_of(PRE + P2, [[len(PRE), len(PRE + P2)]])  # P2's key after PRE
+    stored = engine.store.passages[key]
     assert stored.position == len(PRE)
     cache = DynamicCache(config=hf_tiny.config)
     with torch.no_grad():
