@@ -15,8 +15,9 @@ Settings that depart from the paper, for comparison (each off by default):
   conclusion prompt but the passages retrieved after the last step.
 - `passage_order: retrieval` lists the passages in the order retrieved instead of best last (nearest the question),
   so each step's prompt extends the previous one and the prefix cache serves all but the new tail. On dev, with
-  `conclude`, it computed 2.4-3.3x fewer prefill tokens and found a few gold passages fewer; SmolLM2 answered fewer
-  questions with it, Qwen2.5-Coder-0.5B more (pipelines/README.md, "Prompts that reuse the KV cache").
+  `conclude`, it computed 2.4-4.4x fewer prefill tokens and found a few gold passages fewer; SmolLM2 answered fewer
+  questions with it, Qwen2.5-Coder-0.5B about as many (its leaderboard row runs it, with k=6; pipelines/README.md,
+  "Prompts that reuse the KV cache").
 - `fresh: true` adds k passages not held yet at every step (instead of the new ones among the top k).
 - `query: question+sentence` retrieves with the question and the sentence (the paper uses the sentence).
 
