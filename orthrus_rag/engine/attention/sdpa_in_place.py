@@ -1,7 +1,9 @@
 """torch's fused SDPA over views of the cache, on any device: a sequence's block table is cut into runs of
 consecutive blocks, each run one view; several runs are merged exactly by their log-sum-exp. A sequence in more than
 MAX_RUNS runs (sequences that decode side by side grow into blocks in turns) is gathered into one copy of its keys
-instead: past a few runs, the calls cost more than the copy."""
+instead: past a few runs, the calls cost more than the copy (index_select: on CPU several times faster than
+indexing with a tensor). The step's single-row chunks (decodes) are attended in
+one batched call per layer instead of one each: their keys gathered into one padded copy, the padding masked."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,6 +15,7 @@ from orthrus_rag.engine.attention.base import AttentionBackend, StepAttention
 from orthrus_rag.engine.kv_cache import PagedKVCache
 
 MAX_RUNS = 4  # more runs than this: one gathered copy (docs/engine.md gives the measurement)
+MIN_BATCHED = 2  # single-row chunks in one step from which they are attended in one batched call
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,41 @@ class RunMask:
 
 
 @dataclass
+class DecodeBatch:
+    """The step's single-row chunks, attended together: their rows, and the slots of each one's keys in order,
+    padded to the longest with slot 0 (masked)."""
+
+    rows: torch.Tensor  # (B,) packed row of each
+    slots: torch.Tensor  # (B, L)
+    lengths: list[int]  # keys of each: its context and itself
+    _bias: dict = field(default_factory=dict)
+    _keys: list[torch.Tensor] = field(default_factory=list)  # the gathered K and V, reused by every layer
+
+    def gathered(self, k_pool: torch.Tensor, v_pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's keys and values, (B, kv_heads, L, d) views of buffers written again for each layer (one
+        allocation per step: on CPU a fresh one per layer costs its page faults every time)."""
+        flat = self.slots.view(-1)
+        if not self._keys:
+            self._keys = [pool.new_empty((len(flat), *pool.shape[1:])) for pool in (k_pool, v_pool)]
+        shape = (len(self.lengths), self.slots.shape[1], *k_pool.shape[1:])
+        return tuple(torch.index_select(pool, 0, flat, out=buf).view(shape).transpose(1, 2)
+                     for pool, buf in zip((k_pool, v_pool), self._keys))
+
+    def bias(self, window: int | None, dtype: torch.dtype) -> torch.Tensor:
+        """(B, 1, 1, L): 0 where a row sees the key, -inf on padding and, with a window, keys too far back."""
+        if window not in self._bias:
+            length = torch.tensor(self.lengths)[:, None]
+            keys = torch.arange(self.slots.shape[1])[None, :]
+            seen = keys < length if window is None else (keys < length) & (length - 1 - keys < window)
+            bias = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
+            self._bias[window] = bias[:, None, None].to(self.slots.device)
+        return self._bias[window]
+
+
+@dataclass
 class SdpaStep(StepAttention):
-    seqs: list[SeqSlice] = field(default_factory=list)
+    seqs: list[SeqSlice] = field(default_factory=list)  # attended one by one
+    decodes: DecodeBatch | None = None
     _masks: dict = field(default_factory=dict)
 
     def run_masks(self, causal: bool, window: int | None, group: int) -> list[list[tuple[KeyRun, RunMask | None]]]:
@@ -71,13 +107,24 @@ class SdpaInPlace(AttentionBackend):
     def plan(self, cache, write_slots, segments, device_integers) -> SdpaStep:
         block = self.geometry.block_size
         seqs = [SeqSlice(s.row, s.n, s.ctx, key_runs(s.table, s.num_keys, block)) for s in segments]
+        singles = [s for s in seqs if s.n == 1]
+        if len(singles) < MIN_BATCHED:
+            singles = []
+        seqs = [s for s in seqs if s.n != 1] if singles else seqs
         scattered = [s for s in seqs if len(s.runs) > MAX_RUNS]
-        if scattered:  # one transfer for every gathered sequence's slots
-            slots = [[r.slot + i for r in s.runs for i in range(r.length)] for s in scattered]
-            flat = torch.tensor([x for row in slots for x in row], dtype=torch.long).to(write_slots.device)
-            for s, part in zip(scattered, flat.split([len(row) for row in slots])):
-                s.gather, s.runs = part, [KeyRun(-1, 0, s.ctx + s.n)]
-        return SdpaStep(self, cache, write_slots, seqs)
+        slots = [run_slots(s.runs) for s in scattered + singles]
+        longest = max((len(row) for row in slots[len(scattered):]), default=0)
+        padded = [row + [0] * (longest - len(row)) for row in slots[len(scattered):]]
+        parts = slots[:len(scattered)] + ([[s.row for s in singles]] if singles else []) + padded
+        flat = torch.tensor([x for row in parts for x in row], dtype=torch.long).to(write_slots.device)
+        moved = flat.split([len(row) for row in parts]) if parts else []  # one transfer for all of them
+        for s, part in zip(scattered, moved):
+            s.gather, s.runs = part, [KeyRun(-1, 0, s.ctx + s.n)]
+        decodes = None
+        if singles:
+            rows, table = moved[len(scattered)], torch.stack(moved[len(scattered) + 1:])
+            decodes = DecodeBatch(rows, table, [s.ctx + 1 for s in singles])
+        return SdpaStep(self, cache, write_slots, seqs, decodes)
 
     def attend(self, step: SdpaStep, layer, q, scale, causal, window) -> torch.Tensor:
         cache = step.cache
@@ -86,19 +133,37 @@ class SdpaInPlace(AttentionBackend):
         k_pool = cache.k[layer].view(-1, kv_heads, dim)
         v_pool = cache.v[layer].view(-1, kv_heads, dim)
         qc = q.to(cache.dtype)
-        outs = []
+        out = torch.empty_like(qc)
+        if step.decodes is not None:
+            out.index_copy_(0, step.decodes.rows, _attend_decodes(step.decodes, qc, k_pool, v_pool, scale, window))
         for s, runs in zip(step.seqs, step.run_masks(causal, window, group)):
             qs = qc[s.row:s.row + s.n].view(s.n, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(
                 1, kv_heads, group * s.n, dim)
             if s.gather is not None:
-                parts = [(k_pool[s.gather].transpose(0, 1)[None], v_pool[s.gather].transpose(0, 1)[None], m)
-                         for _, m in runs]
+                parts = [(k_pool.index_select(0, s.gather).transpose(0, 1)[None],
+                          v_pool.index_select(0, s.gather).transpose(0, 1)[None], m) for _, m in runs]
             else:
                 parts = [(k_pool[r.slot:r.slot + r.length].transpose(0, 1)[None],
                           v_pool[r.slot:r.slot + r.length].transpose(0, 1)[None], m) for r, m in runs]
             o = attend_runs(qs, parts, scale)
-            outs.append(o.view(kv_heads, group, s.n, dim).permute(2, 0, 1, 3).reshape(s.n, heads, dim))
-        return torch.cat(outs).to(q.dtype)
+            out[s.row:s.row + s.n] = o.view(kv_heads, group, s.n, dim).permute(2, 0, 1, 3).reshape(s.n, heads, dim)
+        return out.to(q.dtype)
+
+
+def _attend_decodes(batch: DecodeBatch, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                    scale: float | None, window: int | None) -> torch.Tensor:
+    """Every single-row chunk against its own keys in one fused call: (B, heads, d). A row at position p sees keys
+    0..p whether the layer is causal or not (nothing after it is cached yet)."""
+    rows, (kv_heads, dim) = len(batch.lengths), k_pool.shape[1:]
+    qd = q.index_select(0, batch.rows).view(rows, kv_heads, -1, dim)  # each kv head's query heads as its rows
+    k, v = batch.gathered(k_pool, v_pool)
+    o = F.scaled_dot_product_attention(qd, k, v, attn_mask=batch.bias(window, q.dtype), scale=scale)
+    return o.reshape(rows, -1, dim)
+
+
+def run_slots(runs: list[KeyRun]) -> list[int]:
+    """The cache slots of a sequence's keys, in order."""
+    return [r.slot + i for r in runs for i in range(r.length)]
 
 
 def key_runs(table: list[int], num_keys: int, block_size: int) -> list[KeyRun]:

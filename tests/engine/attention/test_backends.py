@@ -42,8 +42,10 @@ def key_storages(engine, monkeypatch) -> list[bool]:
 @pytest.mark.parametrize("num_seqs", [1, 16])
 def test_attention_reads_keys_in_place(make_engine, monkeypatch, num_seqs):
     """Every key tensor attention multiplies is a view of the cache, in up to MAX_RUNS runs per sequence (here any
-    number): no gathered or padded copy on any path (decodes, chunks, backbone embeddings, shared prefixes)."""
+    number) with decodes attended one by one: no gathered or padded copy on any path (decodes, chunks, backbone
+    embeddings, shared prefixes)."""
     monkeypatch.setattr(sdpa_in_place, "MAX_RUNS", 10**6)
+    monkeypatch.setattr(sdpa_in_place, "MIN_BATCHED", 10**6)  # decodes one by one, each over views
     engine = make_engine(max_num_batched_tokens=256, max_num_seqs=32, attention_backend="sdpa_in_place")
     rng = random.Random(num_seqs)
     shared = " ".join(["shared"] * 40)  # full blocks shared through the prefix cache: tables of several runs
@@ -128,20 +130,24 @@ def tables(layout: str, geo: Sizes) -> list[list[int]]:
         blocks = -(-(ctx + n) // geo.block) if keeps_kv else 0
         table = list(range(next_block, next_block + blocks))
         next_block += blocks
-        if layout == "fragmented" and blocks:
+        if layout.startswith("fragmented") and blocks:
             table = [0] + table[1:][::-1] if ctx >= geo.block else table[::-1]  # block 0: the same keys everywhere
         out.append(table)
     return out
 
 
 @pytest.mark.parametrize("backend,layout", [
-    ("sdpa_in_place", "one_run"), ("sdpa_in_place", "fragmented"), ("flash_attn_paged", "fragmented"),
+    ("sdpa_in_place", "one_run"), ("sdpa_in_place", "fragmented"), ("sdpa_in_place", "fragmented_one_by_one"),
+    ("flash_attn_paged", "fragmented"),
     ("flex_paged", "fragmented"),
     pytest.param("vllm_cpu", "fragmented", marks=pytest.mark.skipif(not VLLM, reason="vLLM CPU kernels absent"))])
 @pytest.mark.parametrize("causal,window", [(True, None), (True, 5), (False, None), (False, 3)])
 def test_packed_attention_equals_per_sequence_attention(causal, window, backend, layout, monkeypatch):
-    """On the tests' device (ORTHRUS_TEST_DEVICE: the GPU check runs this on CUDA, FlexAttention compiled)."""
+    """On the tests' device (ORTHRUS_TEST_DEVICE: the GPU check runs this on CUDA, FlexAttention compiled).
+    sdpa_in_place attends the step's single-row chunks in one batched call, or (`fragmented_one_by_one`) each alone."""
     device = torch.device(DEVICE)
+    if layout == "fragmented_one_by_one":
+        monkeypatch.setattr(sdpa_in_place, "MIN_BATCHED", 10**6)
     if backend == "flash_attn_paged":  # the call's plumbing, against flash-attn's documented semantics
         monkeypatch.setitem(sys.modules, "flash_attn", SimpleNamespace(flash_attn_varlen_func=fake_flash_varlen))
     if backend == "vllm_cpu" and device.type != "cpu":
@@ -162,8 +168,11 @@ def test_packed_attention_equals_per_sequence_attention(causal, window, backend,
         cache.write(0, slots, k[:, :c.ctx].transpose(0, 1), v[:, :c.ctx].transpose(0, 1))
     host = pack_host([ScheduledChunk(c.seq, c.n) for c in chunks], block, scratch_block=48)
     *_, meta = to_device(host, cache, runner, device)
-    if backend == "sdpa_in_place" and layout == "fragmented":  # runs merged by log-sum-exp, and one gathered copy
+    if backend == "sdpa_in_place" and layout == "fragmented_one_by_one":  # runs merged by log-sum-exp, and a copy
         assert max(len(s.runs) for s in meta.seqs) >= 3 and any(s.gather is not None for s in meta.seqs)
+        assert meta.decodes is None
+    elif backend == "sdpa_in_place":  # the four single-row chunks (one keeps no KV) in one call, the rest alone
+        assert meta.decodes.lengths == [10, 21, 1, 15] and all(s.n > 1 for s in meta.seqs)
     q = [torch.randn(HEADS, c.n, dim).to(device) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
