@@ -2,8 +2,8 @@
 consecutive blocks, each run one view; several runs are merged exactly by their log-sum-exp. A sequence in more than
 MAX_RUNS runs (sequences that decode side by side grow into blocks in turns) is gathered into one copy of its keys
 instead: past a few runs, the calls cost more than the copy (index_select: on CPU several times faster than
-indexing with a tensor). The step's single-row chunks (decodes) are attended in
-one batched call per layer instead of one each: their keys gathered into one padded copy, the padding masked."""
+indexing with a tensor). The step's single-row chunks (decodes) are attended in one batched call per layer instead
+of one each: their keys gathered into one padded copy, the padding masked."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -112,18 +112,18 @@ class SdpaInPlace(AttentionBackend):
             singles = []
         seqs = [s for s in seqs if s.n != 1] if singles else seqs
         scattered = [s for s in seqs if len(s.runs) > MAX_RUNS]
-        slots = [run_slots(s.runs) for s in scattered + singles]
-        longest = max((len(row) for row in slots[len(scattered):]), default=0)
-        padded = [row + [0] * (longest - len(row)) for row in slots[len(scattered):]]
-        parts = slots[:len(scattered)] + ([[s.row for s in singles]] if singles else []) + padded
-        flat = torch.tensor([x for row in parts for x in row], dtype=torch.long).to(write_slots.device)
-        moved = flat.split([len(row) for row in parts]) if parts else []  # one transfer for all of them
-        for s, part in zip(scattered, moved):
+        gathered = [run_slots(s.runs) for s in scattered]
+        batched = [run_slots(s.runs) for s in singles]
+        longest = max(map(len, batched), default=0)
+        tail = [s.row for s in singles] + [x for row in batched for x in row + [0] * (longest - len(row))]
+        flat = torch.tensor([x for row in gathered for x in row] + tail, dtype=torch.long).to(write_slots.device)
+        *parts, tail = flat.split([*(len(row) for row in gathered), len(tail)])  # one transfer for all of them
+        for s, part in zip(scattered, parts):
             s.gather, s.runs = part, [KeyRun(-1, 0, s.ctx + s.n)]
         decodes = None
         if singles:
-            rows, table = moved[len(scattered)], torch.stack(moved[len(scattered) + 1:])
-            decodes = DecodeBatch(rows, table, [s.ctx + 1 for s in singles])
+            decodes = DecodeBatch(tail[:len(singles)], tail[len(singles):].view(len(singles), longest),
+                                  [s.ctx + 1 for s in singles])
         return SdpaStep(self, cache, write_slots, seqs, decodes)
 
     def attend(self, step: SdpaStep, layer, q, scale, causal, window) -> torch.Tensor:
