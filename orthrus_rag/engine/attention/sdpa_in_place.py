@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from orthrus_rag.engine.attention.base import AttentionBackend, StepAttention
+from orthrus_rag.engine.attention.base import AttentionBackend, Segment, StepAttention
 from orthrus_rag.engine.kv_cache import PagedKVCache
 
 MAX_RUNS = 4  # more runs than this: one gathered copy (docs/engine.md gives the measurement)
@@ -51,11 +51,11 @@ class RunMask:
 @dataclass
 class DecodeBatch:
     """The step's single-row chunks, attended together: their rows, and the slots of each one's keys in order,
-    padded to the longest with slot 0 (masked)."""
+    padded to the longest (the padding masked)."""
 
     rows: torch.Tensor  # (B,) packed row of each
-    slots: torch.Tensor  # (B, L)
-    lengths: list[int]  # keys of each: its context and itself
+    slots: torch.Tensor  # (B, L), contiguous
+    lengths: torch.Tensor  # (B,) keys of each: its context and itself
     _bias: dict = field(default_factory=dict)
     _keys: list[torch.Tensor] = field(default_factory=list)  # the gathered K and V, reused by every layer
 
@@ -65,18 +65,18 @@ class DecodeBatch:
         flat = self.slots.view(-1)
         if not self._keys:
             self._keys = [pool.new_empty((len(flat), *pool.shape[1:])) for pool in (k_pool, v_pool)]
-        shape = (len(self.lengths), self.slots.shape[1], *k_pool.shape[1:])
+        shape = (*self.slots.shape, *k_pool.shape[1:])
         return tuple(torch.index_select(pool, 0, flat, out=buf).view(shape).transpose(1, 2)
                      for pool, buf in zip((k_pool, v_pool), self._keys))
 
     def bias(self, window: int | None, dtype: torch.dtype) -> torch.Tensor:
         """(B, 1, 1, L): 0 where a row sees the key, -inf on padding and, with a window, keys too far back."""
         if window not in self._bias:
-            length = torch.tensor(self.lengths)[:, None]
-            keys = torch.arange(self.slots.shape[1])[None, :]
+            length = self.lengths[:, None]
+            keys = torch.arange(self.slots.shape[1], device=length.device)[None, :]
             seen = keys < length if window is None else (keys < length) & (length - 1 - keys < window)
-            bias = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
-            self._bias[window] = bias[:, None, None].to(self.slots.device)
+            bias = torch.zeros(seen.shape, dtype=dtype, device=length.device).masked_fill_(~seen, float("-inf"))
+            self._bias[window] = bias[:, None, None]
         return self._bias[window]
 
 
@@ -104,26 +104,31 @@ class SdpaInPlace(AttentionBackend):
         """float32 on CPU: torch's bf16 CPU kernel is several times slower for small queries."""
         return torch.float32 if self.geometry.device.type == "cpu" else self.geometry.dtype
 
+    def host_integers(self, segments: list[Segment]) -> list[list[int]]:
+        """The batched decodes' rows, key counts and block tables (padded to the widest), then every other chunk's
+        blocks: each sequence's key slots are then found on the device from its blocks."""
+        singles, others = _split(segments)
+        blocks = [-(-s.num_keys // self.geometry.block_size) for s in singles]
+        width = max(blocks, default=0)
+        return [[s.row for s in singles], [s.num_keys for s in singles],
+                [b for s, n in zip(singles, blocks) for b in s.table[:n] + [0] * (width - n)],
+                [b for s in others for b in s.table[:-(-s.num_keys // self.geometry.block_size)]]]
+
     def plan(self, cache, write_slots, segments, device_integers) -> SdpaStep:
         block = self.geometry.block_size
-        seqs = [SeqSlice(s.row, s.n, s.ctx, key_runs(s.table, s.num_keys, block)) for s in segments]
-        singles = [s for s in seqs if s.n == 1]
-        if len(singles) < MIN_BATCHED:
-            singles = []
-        seqs = [s for s in seqs if s.n != 1] if singles else seqs
-        scattered = [s for s in seqs if len(s.runs) > MAX_RUNS]
-        gathered = [run_slots(s.runs) for s in scattered]
-        batched = [run_slots(s.runs) for s in singles]
-        longest = max(map(len, batched), default=0)
-        tail = [s.row for s in singles] + [x for row in batched for x in row + [0] * (longest - len(row))]
-        flat = torch.tensor([x for row in gathered for x in row] + tail, dtype=torch.long).to(write_slots.device)
-        *parts, tail = flat.split([*(len(row) for row in gathered), len(tail)])  # one transfer for all of them
-        for s, part in zip(scattered, parts):
-            s.gather, s.runs = part, [KeyRun(-1, 0, s.ctx + s.n)]
+        rows, lengths, tables, other_tables = device_integers
+        singles, others = _split(segments)
         decodes = None
         if singles:
-            decodes = DecodeBatch(tail[:len(singles)], tail[len(singles):].view(len(singles), longest),
-                                  [s.ctx + 1 for s in singles])
+            longest = max(s.num_keys for s in singles)
+            decodes = DecodeBatch(rows, table_slots(tables.view(len(singles), -1), block, longest).contiguous(),
+                                  lengths)
+        seqs = []
+        for s, table in zip(others, other_tables.split([-(-s.num_keys // block) for s in others])):
+            runs = key_runs(s.table, s.num_keys, block)
+            gather = table_slots(table[None], block, s.num_keys)[0] if len(runs) > MAX_RUNS else None
+            seqs.append(SeqSlice(s.row, s.n, s.ctx, [KeyRun(-1, 0, s.num_keys)] if gather is not None else runs,
+                                 gather))
         return SdpaStep(self, cache, write_slots, seqs, decodes)
 
     def attend(self, step: SdpaStep, layer, q, scale, causal, window) -> torch.Tensor:
@@ -154,16 +159,26 @@ def _attend_decodes(batch: DecodeBatch, q: torch.Tensor, k_pool: torch.Tensor, v
                     scale: float | None, window: int | None) -> torch.Tensor:
     """Every single-row chunk against its own keys in one fused call: (B, heads, d). A row at position p sees keys
     0..p whether the layer is causal or not (nothing after it is cached yet)."""
-    rows, (kv_heads, dim) = len(batch.lengths), k_pool.shape[1:]
+    rows, (kv_heads, dim) = len(batch.rows), k_pool.shape[1:]
     qd = q.index_select(0, batch.rows).view(rows, kv_heads, -1, dim)  # each kv head's query heads as its rows
     k, v = batch.gathered(k_pool, v_pool)
     o = F.scaled_dot_product_attention(qd, k, v, attn_mask=batch.bias(window, q.dtype), scale=scale)
     return o.reshape(rows, -1, dim)
 
 
-def run_slots(runs: list[KeyRun]) -> list[int]:
-    """The cache slots of a sequence's keys, in order."""
-    return [r.slot + i for r in runs for i in range(r.length)]
+def _split(segments: list[Segment]) -> tuple[list[Segment], list[Segment]]:
+    """The single-row chunks attended in one batched call (none below MIN_BATCHED of them), and the rest."""
+    singles = [s for s in segments if s.n == 1]
+    if len(singles) < MIN_BATCHED:
+        return [], segments
+    return singles, [s for s in segments if s.n != 1]
+
+
+def table_slots(tables: torch.Tensor, block_size: int, length: int) -> torch.Tensor:
+    """(S, length): the cache slots of the first `length` keys of each block table (S, blocks); past a table's own
+    blocks, slots of its padding block."""
+    offsets = torch.arange(block_size, device=tables.device)
+    return (tables[:, :, None] * block_size + offsets).view(len(tables), -1)[:, :length]
 
 
 def key_runs(table: list[int], num_keys: int, block_size: int) -> list[KeyRun]:

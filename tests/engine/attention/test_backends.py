@@ -172,7 +172,7 @@ def test_packed_attention_equals_per_sequence_attention(causal, window, backend,
         assert max(len(s.runs) for s in meta.seqs) >= 3 and any(s.gather is not None for s in meta.seqs)
         assert meta.decodes is None
     elif backend == "sdpa_in_place":  # the four single-row chunks (one keeps no KV) in one call, the rest alone
-        assert meta.decodes.lengths == [10, 21, 1, 15] and all(s.n > 1 for s in meta.seqs)
+        assert meta.decodes.lengths.tolist() == [10, 21, 1, 15] and all(s.n > 1 for s in meta.seqs)
     q = [torch.randn(HEADS, c.n, dim).to(device) for c in chunks]
     new_k = torch.cat([k[:, c.ctx:] for c, k in zip(chunks, full_k)], dim=1)[None]
     new_v = torch.cat([v[:, c.ctx:] for c, v in zip(chunks, full_v)], dim=1)[None]
