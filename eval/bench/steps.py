@@ -114,7 +114,7 @@ def engine_step(runner: ModelRunner, chunks: list[ScheduledChunk]) -> Callable[[
 
     def step() -> list[int]:
         logits = runner.execute(chunks).logits
-        return sample_batch(torch.stack(list(logits.values())), params, [None] * len(params)) if logits else []
+        return sample_batch(logits, params, [None] * len(params)) if logits is not None else []
 
     return step
 

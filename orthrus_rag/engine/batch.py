@@ -68,6 +68,7 @@ class SchedulerOutput:
 class ModelOutput:
     """Per completing generation chunk one logits row; per embedding chunk its final hidden states."""
 
-    logits: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (vocab,)
+    logit_ids: list[str] = field(default_factory=list)  # the request of each logits row
+    logits: torch.Tensor | None = None  # (len(logit_ids), vocab)
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)  # request_id -> (n_tokens, hidden)
     tokens: dict[str, int] = field(default_factory=dict)  # request_id -> sampled token; empty if the batch failed

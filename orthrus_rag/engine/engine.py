@@ -246,11 +246,11 @@ class LLMEngine:
     def _run_generator(self, sched: SchedulerOutput) -> tuple[ModelOutput, float]:
         start = time.perf_counter()
         out = self.runner.execute(sched.chunks) if sched.chunks else ModelOutput()
-        if out.logits:  # every sampling row at once; should that fail, `_chunk_output` samples row by row
+        if out.logit_ids:  # every sampling row at once; should that fail, `_chunk_output` samples row by row
             with contextlib.suppress(Exception):
-                out.tokens = dict(zip(out.logits, sample_batch(torch.stack(list(out.logits.values())),
-                                                               [self.requests[r].sampling for r in out.logits],
-                                                               [self.generators[r] for r in out.logits])))
+                out.tokens = dict(zip(out.logit_ids, sample_batch(out.logits,
+                                                                  [self.requests[r].sampling for r in out.logit_ids],
+                                                                  [self.generators[r] for r in out.logit_ids])))
         self.runner.synchronize()  # the policy's cost model needs the step's real time, not its launch time
         return out, time.perf_counter() - start
 
@@ -263,7 +263,8 @@ class LLMEngine:
         if not chunk.completes:
             return None
         rid = seq.request_id
-        token = out.tokens[rid] if out.tokens else sample(out.logits[rid], seq.sampling, self.generators[rid])
+        token = out.tokens[rid] if out.tokens else sample(out.logits[out.logit_ids.index(rid)], seq.sampling,
+                                                          self.generators[rid])
         reason = append_token(seq, token, self.tokenizer, self.eos_ids)
         if reason is None:
             return StepOutput(rid, take_delta(seq), [token])

@@ -68,7 +68,7 @@ class ModelRunner:
                          output_hidden_states=bool(host.pooled), orthrus_meta=meta)
         result = ModelOutput()
         if host.logit_rows:
-            result.logits = dict(zip(host.logit_ids, out.logits[0]))
+            result.logit_ids, result.logits = host.logit_ids, out.logits[0]
         if host.pooled:
             hidden = out.hidden_states[-1][0]
             result.hidden = {rid: hidden[s:e] for rid, s, e in host.pooled}

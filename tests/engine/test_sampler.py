@@ -3,9 +3,11 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orthrus_rag.engine import SamplingParams
-from orthrus_rag.engine.sampler import make_generator, sample, sample_batch
+from orthrus_rag.engine.sampler import ARGMAX_TILE, first_argmax, make_generator, sample, sample_batch
 
 VOCAB = 12
 
@@ -25,6 +27,19 @@ def test_greedy_ties_take_the_first_index_in_bfloat16():
     logits[:, [3, 7]] = logits.max(-1, keepdim=True).values + 1  # and every row a tie at 3 and 7
     params = [SamplingParams(temperature=0.0)] * 64
     assert sample_batch(logits, params, [None] * 64) == [3] * 64
+
+
+@given(st.integers(1, 9), st.integers(1, 5 * ARGMAX_TILE + 7), st.sampled_from([torch.float32, torch.bfloat16]),
+       st.integers(0, 2**16), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_first_argmax_equals_max_indices(rows, vocab, dtype, seed, coarse):
+    """Tiled search against `max(dim)`'s first index on ties: any vocabulary (tiles whole or not), values coarse
+    enough that most rows tie, rows of -inf."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=gen)
+    logits = (logits.mul(2).round() if coarse else logits).to(dtype)
+    logits[0] = float("-inf") if seed % 5 == 0 else logits[0]
+    assert first_argmax(logits).tolist() == logits.float().max(-1).indices.tolist()
 
 
 def test_seeded_row_is_independent_of_batch_composition():
