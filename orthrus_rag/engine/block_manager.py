@@ -70,12 +70,11 @@ class BlockManager:
         reused passage on hold KV no exact prefill gives, and stay unnamed."""
         if not self.enable_prefix_caching:
             return
-        tokens = seq.token_ids
         exact = seq.num_computed if seq.reused_from is None else min(seq.num_computed, seq.reused_from)
         while (len(seq.block_hashes) + 1) * self.block_size <= exact:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
-            h = block_digest(parent, tokens[i * self.block_size:(i + 1) * self.block_size])
+            h = block_digest(parent, seq.tokens(i * self.block_size, (i + 1) * self.block_size))
             seq.block_hashes.append(h)
             block = seq.block_table[i]
             if h not in self.cached:

@@ -101,7 +101,7 @@ def pack_host(chunks: list[ScheduledChunk], block_size: int, scratch_block: int)
             scratch_block += len(table)
         for first, end in [*chunk.recompute, (ctx, ctx + n)]:  # recomputed passage runs come before the chunk
             start = len(step.ids)
-            step.ids.extend(seq.token_ids[first:end])
+            step.ids.extend(seq.tokens(first, end))
             step.positions.extend(range(first, end))
             step.write_slots.extend(slots(table, block_size, first, end))
             step.segments.append(Segment(start, end - first, first, table))

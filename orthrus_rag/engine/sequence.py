@@ -48,6 +48,13 @@ class Sequence:
     def token_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Tokens [start, end) of prompt and output, without joining the two lists (a step reads a few of many)."""
+        prompt = len(self.prompt_ids)
+        if start >= prompt:
+            return self.output_ids[start - prompt:end - prompt]
+        return self.prompt_ids[start:end] + (self.output_ids[:end - prompt] if end > prompt else [])
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
