@@ -48,7 +48,7 @@ def first_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Each row's index of its largest logit, the first one on ties (as transformers' greedy search), found by tiles:
     every tile's max, then the first best tile searched again. On CPU several times faster than `max(dim)`, which
     does not vectorise (64 rows of 49,152 bf16 logits: docs/engine.md)."""
-    rows, vocab = logits.shape
+    logits, (rows, vocab) = logits.contiguous(), logits.shape
     if vocab < 2 * ARGMAX_TILE:
         return logits.max(dim=-1).indices
     whole = vocab // ARGMAX_TILE * ARGMAX_TILE

