@@ -38,6 +38,10 @@ class Segment:
     def num_keys(self) -> int:
         return self.ctx + self.n
 
+    def key_blocks(self, block_size: int) -> list[int]:
+        """The blocks of `table` that hold its keys (the table may run further)."""
+        return self.table[:-(-self.num_keys // block_size)]
+
 
 @dataclass
 class StepAttention:

@@ -70,14 +70,14 @@ class FlexPaged(AttentionBackend):
         """Per packed row its sequence and position; per sequence its keys; per block-table entry its sequence,
         physical block and index in the table."""
         blocks = [(i, b, j) for i, s in enumerate(segments)
-                  for j, b in enumerate(s.table[:-(-s.num_keys // self.geometry.block_size)])]
+                  for j, b in enumerate(s.key_blocks(self.geometry.block_size))]
         return [[i for i, s in enumerate(segments) for _ in range(s.n)],
                 [p for s in segments for p in range(s.ctx, s.num_keys)], [s.num_keys for s in segments],
                 [i for i, _, _ in blocks], [b for _, b, _ in blocks], [j for _, _, j in blocks]]
 
     def plan(self, cache, write_slots, segments, device_integers) -> FlexStep:
         q_seq, q_pos, num_keys, entry_seq, entry_block, entry_index = device_integers
-        pool_blocks = 1 + max(b for s in segments for b in s.table[:-(-s.num_keys // self.geometry.block_size)])
+        pool_blocks = 1 + max(b for s in segments for b in s.key_blocks(self.geometry.block_size))
         logical = torch.full((len(segments), pool_blocks), -1, dtype=torch.long, device=q_seq.device)
         logical.index_put_((entry_seq, entry_block), entry_index)
         return FlexStep(self, cache, write_slots, q_seq=q_seq, q_pos=q_pos, num_keys=num_keys, logical=logical,

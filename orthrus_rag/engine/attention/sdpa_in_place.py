@@ -108,11 +108,11 @@ class SdpaInPlace(AttentionBackend):
         """The batched decodes' rows, key counts and block tables (padded to the widest), then every other chunk's
         blocks: each sequence's key slots are then found on the device from its blocks."""
         singles, others = _split(segments)
-        blocks = [-(-s.num_keys // self.geometry.block_size) for s in singles]
-        width = max(blocks, default=0)
+        tables = [s.key_blocks(self.geometry.block_size) for s in singles]
+        width = max(map(len, tables), default=0)
         return [[s.row for s in singles], [s.num_keys for s in singles],
-                [b for s, n in zip(singles, blocks) for b in s.table[:n] + [0] * (width - n)],
-                [b for s in others for b in s.table[:-(-s.num_keys // self.geometry.block_size)]]]
+                [b for t in tables for b in t + [0] * (width - len(t))],
+                [b for s in others for b in s.key_blocks(self.geometry.block_size)]]
 
     def plan(self, cache, write_slots, segments, device_integers) -> SdpaStep:
         block = self.geometry.block_size
@@ -124,7 +124,7 @@ class SdpaInPlace(AttentionBackend):
             decodes = DecodeBatch(rows, table_slots(tables.view(len(singles), -1), block, longest).contiguous(),
                                   lengths)
         seqs = []
-        for s, table in zip(others, other_tables.split([-(-s.num_keys // block) for s in others])):
+        for s, table in zip(others, other_tables.split([len(s.key_blocks(block)) for s in others])):
             runs = key_runs(s.table, s.num_keys, block)
             gather = table_slots(table[None], block, s.num_keys)[0] if len(runs) > MAX_RUNS else None
             seqs.append(SeqSlice(s.row, s.n, s.ctx, [KeyRun(-1, 0, s.num_keys)] if gather is not None else runs,
