@@ -46,7 +46,7 @@ def sample_batch(logits: torch.Tensor, params: list[SamplingParams],
 
 def first_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Each row's index of its largest logit, the first one on ties (as transformers' greedy search), found by tiles:
-    every tile's max, then the first best tile searched again. On CPU several times faster than `max(dim)`, which
+    every tile's max, then the first best tile searched again. On CPU 2.2-2.7x faster than `max(dim)`, which
     does not vectorise (64 rows of 49,152 bf16 logits: docs/engine.md)."""
     logits, (rows, vocab) = logits.contiguous(), logits.shape
     if vocab < 2 * ARGMAX_TILE:
